@@ -1,0 +1,32 @@
+# meshrouter: `make run` starts the demo, `make test` runs the whole suite.
+VENV   ?= .venv
+PYTHON ?= python3
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml scripts/system-deps.sh
+	bash scripts/system-deps.sh
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# python-qpid-proton builds its Proton-C extension from source here (gcc, OpenSSL, SASL).
+	$(PY) -m pip install -q --no-binary python-qpid-proton -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/meshrouter run config/node.yaml
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check router tests benchmarks
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check router tests benchmarks
+
+bench: $(STAMP)
+	WITH_BENCH=1 bash scripts/system-deps.sh
+	$(PY) benchmarks/node_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache

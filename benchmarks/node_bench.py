@@ -1,0 +1,695 @@
+#!/usr/bin/env python3
+"""Benchmark a meshrouter node (or any AMQP 1.0 router) with the shared router-agnostic harness.
+
+Builds the C load generator once (benchmarks/build/amqpbench), starts the router under test on a free
+port, runs the harness's run_bench.py against it (sampling the router's CPU and RSS) and against a direct
+client-to-client baseline, then writes benchmarks/results/<timestamp>-<label>.json and prints a Markdown
+table for BENCHMARKS.md. --profile additionally records the throughput workload with py-spy.
+
+Examples:
+  .venv/bin/python benchmarks/node_bench.py                       # our node, default workloads, 3 repeats
+  .venv/bin/python benchmarks/node_bench.py --router prototype --repeat 1
+  .venv/bin/python benchmarks/node_bench.py --router url:amqp://127.0.0.1:5672 --router-pid 4242
+  .venv/bin/python benchmarks/node_bench.py --profile --profile-only
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO / "benchmarks"
+BUILD_DIR = BENCH_DIR / "build"
+RESULTS_DIR = BENCH_DIR / "results"
+DEFAULT_HARNESS = Path(os.environ.get("MESHROUTER_BENCH_HARNESS", "/work/shared/bench"))
+DEFAULT_PROTOTYPE = Path("/work/shared/design/prototype/fwd_cffi.py")
+VENV_PY = REPO / ".venv" / "bin" / "python"
+DEFAULT_WORKLOADS = "throughput,throughput-presettled,rpc,rpc-conc"
+RPC_WARMUP = 100  # run_bench.py runs every rpc-client with --warmup 100; those calls are in the CPU window
+HOST = "127.0.0.1"
+RATE_UNIT = {"throughput": "msg/s", "throughput-presettled": "msg/s", "rpc": "calls/s",
+             "rpc-conc": "calls/s", "multicast": "msg/s/rcv"}
+RATE_KEY = {"throughput": "msgs_per_s", "throughput-presettled": "msgs_per_s", "rpc": "calls_per_s",
+            "rpc-conc": "calls_per_s", "multicast": "per_receiver_msgs_per_s"}
+
+
+class BenchError(Exception):
+    """A failure that ends the benchmark with a one-line message."""
+
+
+@dataclass
+class Router:
+    """The router under test: how to reach it and (if we started it) how to stop it."""
+
+    kind: str                       # node | prototype | url
+    url: str                        # amqp://HOST:PORT
+    pid: int | None = None
+    command: list[str] | None = None
+    config: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    stdout_log: Path | None = None
+    stderr_log: Path | None = None
+    exit_code: int | None = None
+
+    def alive(self) -> bool:
+        """True while the router process (if known) is running."""
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pid is None:
+            return True
+        try:
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+@dataclass
+class Row:
+    """One line of the summary table: a workload on one target."""
+
+    workload: str
+    target: str
+    rate: float | None = None
+    unit: str = ""
+    vs_direct_pct: float | None = None
+    p50_us: float | None = None
+    p99_us: float | None = None
+    cpu_us_per_msg: float | None = None
+    cpu_pct: float | None = None
+    rss_peak_mib: float | None = None
+    ok_runs: int = 0
+    runs: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------------------------- setup
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--router", default="node",
+                    help="node (default: python -m router run CFG), prototype, or url:amqp://HOST:PORT")
+    ap.add_argument("--router-pid", type=int, default=None,
+                    help="pid of the router given with --router url:... (enables CPU/RSS sampling)")
+    ap.add_argument("--config", type=Path, default=None,
+                    help="use this node config instead of the generated one (its first listener is used)")
+    ap.add_argument("--link-capacity", type=int, default=250, help="link_capacity of the generated config")
+    ap.add_argument("--workloads", default=DEFAULT_WORKLOADS,
+                    help=f"comma separated run_bench.py workloads (default {DEFAULT_WORKLOADS}; "
+                         "also: multicast)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per workload; medians are reported")
+    ap.add_argument("--no-direct", action="store_true", help="skip the direct client-to-client baseline")
+    ap.add_argument("--label", default=None, help="name of the result file (default: the router kind)")
+    ap.add_argument("--bench-args", default="",
+                    help='extra run_bench.py options, e.g. "--count 50000 --settle-s 1"')
+    ap.add_argument("--profile", action="store_true",
+                    help="also record the throughput workload with py-spy (flamegraph + collapsed stacks)")
+    ap.add_argument("--profile-only", action="store_true", help="with --profile: skip the measurements")
+    ap.add_argument("--profile-count", type=int, default=400000, help="messages sent while profiling")
+    ap.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument("--native", action="store_true", help="py-spy --native (show C frames too)")
+    ap.add_argument("--harness", type=Path, default=DEFAULT_HARNESS,
+                    help="directory holding run_bench.py, amqpbench.c and build.sh")
+    ap.add_argument("--prototype", type=Path, default=DEFAULT_PROTOTYPE, help="path of fwd_cffi.py")
+    ap.add_argument("--ready-timeout", type=float, default=30.0, help="seconds to wait for the router")
+    a = ap.parse_args(argv)
+    if a.profile_only and not a.profile:
+        ap.error("--profile-only needs --profile")
+    if a.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    if a.router not in ("node", "prototype") and not a.router.startswith("url:"):
+        ap.error("--router must be node, prototype or url:amqp://HOST:PORT")
+    return a
+
+
+def python_exe() -> str:
+    """The project's virtualenv interpreter if there is one, else the running interpreter."""
+    return str(VENV_PY) if VENV_PY.exists() else sys.executable
+
+
+def ensure_client(harness: Path) -> Path:
+    """Build the C load generator into benchmarks/build/ if missing or older than its sources."""
+    out = BUILD_DIR / "amqpbench"
+    sources = [harness / "amqpbench.c", harness / "build.sh"]
+    for s in sources:
+        if not s.exists():
+            raise BenchError(f"harness file not found: {s} (use --harness DIR)")
+    if out.exists() and out.stat().st_mtime >= max(s.stat().st_mtime for s in sources):
+        return out
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    print(f"building {out} ...", flush=True)
+    r = subprocess.run(["sh", str(harness / "build.sh"), str(out)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BenchError(f"building amqpbench failed (is libqpid-proton11-dev installed?):\n"
+                         f"{r.stdout}{r.stderr}")
+    return out
+
+
+def free_port(host: str = HOST) -> int:
+    """A TCP port that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def node_config_yaml(port: int, link_capacity: int) -> str:
+    """The generated node config (format: docs/CONTRACTS.md)."""
+    return (
+        "# generated by benchmarks/node_bench.py\n"
+        "node:\n"
+        "  id: bench\n"
+        f"  link_capacity: {link_capacity}\n"
+        "listeners:\n"
+        f"  - host: {HOST}\n"
+        f"    port: {port}\n"
+        "    role: normal\n"
+        "addresses:\n"
+        "  default: balanced\n"
+        "  rules:\n"
+        "    - prefix: multicast\n"
+        "      distribution: multicast\n"
+    )
+
+
+# ------------------------------------------------------------------------------------------- processes
+
+def spawn(cmd: list[str], log_dir: Path, name: str) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    """Start cmd in its own session (Ctrl-C reaches only us), stdout/stderr into log files."""
+    out, err = log_dir / f"{name}.out", log_dir / f"{name}.err"
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        proc = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, cwd=REPO,
+                                start_new_session=True)
+    return proc, out, err
+
+
+def tail(path: Path | None, lines: int = 20) -> str:
+    """The last lines of a log file, indented (empty if there is none)."""
+    if path is None or not path.exists():
+        return ""
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return "\n".join("    " + x for x in text)
+
+
+def first_match(pattern: str, lines: list[str]) -> re.Match[str] | None:
+    """The match of the first line that matches pattern (from its start)."""
+    return next((m for x in lines if (m := re.match(pattern, x))), None)
+
+
+def wait_for_lines(what: str, proc: subprocess.Popen[bytes], log: Path, err_log: Path, patterns: list[str],
+                   timeout: float) -> list[re.Match[str]]:
+    """Poll a process's output log until every regex matched a line; fail if it exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = log.read_text(errors="replace").splitlines()
+        found = [m for p in patterns if (m := first_match(p, lines))]
+        if len(found) == len(patterns):
+            return found
+        if proc.poll() is not None:
+            raise BenchError(f"{what} exited with code {proc.returncode} before it was ready:\n"
+                             f"{tail(log)}\n{tail(err_log)}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"{what} not ready after {timeout:.0f} s:\n{tail(log)}\n{tail(err_log)}")
+        time.sleep(0.05)
+
+
+def stop_process(proc: subprocess.Popen[bytes] | subprocess.Popen[str], sig: int = signal.SIGTERM,
+                 timeout: float = 10.0) -> int | None:
+    """Signal one process we started, wait for it, SIGKILL it if it does not exit in time."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def kill_group(pgid: int) -> None:
+    """SIGTERM, then SIGKILL, the process group we created (run_bench.py and its amqpbench clients)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------------------------- routers
+
+def start_node(a: argparse.Namespace, tmp: Path) -> Router:
+    """Start our node with a generated (or the given) config and wait for its ready line."""
+    if a.config is not None:
+        cfg_path, cfg = a.config.resolve(), a.config.read_text()
+    else:
+        cfg = node_config_yaml(free_port(), a.link_capacity)
+        cfg_path = tmp / "node.yaml"
+        cfg_path.write_text(cfg)
+    cmd = [python_exe(), "-m", "router", "run", str(cfg_path)]
+    proc, out, err = spawn(cmd, tmp, "router")
+    router = Router("node", "", proc.pid, cmd, cfg, proc, out, err)
+    patterns = [r"listening: role=normal url=(\S+)", r"ready: node=(\S+) pid=(\d+)"]
+    listening, ready = wait_for_lines("the node", proc, out, err, patterns, a.ready_timeout)
+    router.url = listening.group(1)
+    if int(ready.group(2)) != proc.pid:
+        print(f"warning: node reports pid {ready.group(2)}, started pid {proc.pid}", flush=True)
+        router.pid = int(ready.group(2))
+    return router
+
+
+def start_prototype(a: argparse.Namespace, tmp: Path) -> Router:
+    """Start the throw-away cffi prototype router and wait for its READY line."""
+    if not a.prototype.exists():
+        raise BenchError(f"prototype not found: {a.prototype} (use --prototype PATH)")
+    port = free_port()
+    cmd = [python_exe(), str(a.prototype), str(port), HOST]
+    proc, out, err = spawn(cmd, tmp, "router")
+    router = Router("prototype", f"amqp://{HOST}:{port}", proc.pid, cmd, None, proc, out, err)
+    patterns = [r"READY pid=(\d+) port=(\d+)"]
+    (ready,) = wait_for_lines("the prototype", proc, out, err, patterns, a.ready_timeout)
+    router.pid = int(ready.group(1))
+    return router
+
+
+def external_router(a: argparse.Namespace) -> Router:
+    """A router somebody else started: check that it accepts TCP connections."""
+    url = a.router[len("url:"):]
+    m = re.fullmatch(r"(?:amqp://)?([^:/]+):(\d+)/?", url)
+    if not m:
+        raise BenchError(f"cannot parse router url {url!r} (want amqp://HOST:PORT)")
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=3).close()
+    except OSError as e:
+        raise BenchError(f"router at {url} does not accept connections: {e}") from e
+    if a.router_pid is not None and not Path(f"/proc/{a.router_pid}").exists():
+        raise BenchError(f"no process with pid {a.router_pid}")
+    return Router("url", f"amqp://{m.group(1)}:{m.group(2)}", a.router_pid)
+
+
+def stop_router(router: Router) -> None:
+    """Stop the router if we started it and remember its exit code."""
+    if router.proc is not None:
+        router.exit_code = stop_process(router.proc)
+
+
+# --------------------------------------------------------------------------------------------- harness
+
+def harness_command(a: argparse.Namespace, send_url: str, recv_url: str, label: str, workloads: str,
+                    repeat: int, pids: list[int], out: Path, extra: list[str]) -> list[str]:
+    """The run_bench.py command line for one target."""
+    cmd = [sys.executable, str(a.harness / "run_bench.py"), "--send-url", send_url, "--recv-url", recv_url,
+           "--label", label, "--workloads", workloads, "--repeat", str(repeat), "--out", str(out)]
+    if pids:
+        cmd += ["--pids", ",".join(map(str, pids))]
+    return cmd + shlex.split(a.bench_args) + extra
+
+
+def run_harness(cmd: list[str], client: Path, alive: Callable[[], bool]) -> dict:
+    """Run run_bench.py, echo its progress, stop it if the router dies; return its JSON results."""
+    out = Path(cmd[cmd.index("--out") + 1])
+    env = dict(os.environ, AMQPBENCH=str(client))
+    print("$ " + shlex.join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    stop, router_died = threading.Event(), threading.Event()
+
+    def watchdog() -> None:
+        while not stop.wait(0.5):
+            if not alive():
+                router_died.set()
+                kill_group(proc.pid)
+                return
+
+    watcher = threading.Thread(target=watchdog, daemon=True)
+    watcher.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print("  " + line, end="", flush=True)
+        proc.wait()
+    finally:
+        stop.set()
+        watcher.join()
+        kill_group(proc.pid)  # also clients run_bench.py left behind after a failed run
+    if router_died.is_set():
+        raise BenchError("the router exited during the benchmark")
+    if proc.returncode != 0 or not out.exists():
+        raise BenchError(f"run_bench.py failed with exit code {proc.returncode}")
+    return json.loads(out.read_text())
+
+
+# --------------------------------------------------------------------------------------------- results
+
+def messages_of(workload: str, run: dict) -> int:
+    """Deliveries the router sent on during a run (the CPU µs/msg denominator)."""
+    if workload.startswith("throughput"):
+        return int(run["received"])
+    if workload.startswith("rpc"):
+        return 2 * (int(run["completed"]) + RPC_WARMUP)  # request + reply, warm-up calls included
+    if workload == "multicast":
+        return int(sum(run["received"]))
+    return 0
+
+
+def cpu_us_per_msg(workload: str, run: dict) -> float | None:
+    """Router CPU seconds sampled during the run (all pids) per message, in µs."""
+    procs = run.get("router", {}).get("procs") or {}
+    cpu = [p["cpu_s"] for p in procs.values()]
+    n = messages_of(workload, run)
+    if not cpu or None in cpu or n <= 0:
+        return None
+    return 1e6 * sum(cpu) / n
+
+
+def median_of(values: list[float | None]) -> float | None:
+    """Median of the values that are not None."""
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def summarize(workload: str, target: str, results: dict) -> Row:
+    """One table row from run_bench.py's runs and medians of a workload."""
+    runs = results["runs"].get(workload, [])
+    med = results["median"].get(workload, {})
+    ok = [r for r in runs if "error" not in r]
+    row = Row(workload, target, rate=med.get(RATE_KEY[workload]), unit=RATE_UNIT[workload],
+              ok_runs=len(ok), runs=len(runs))
+    if workload.startswith("rpc"):
+        row.p50_us, row.p99_us = med.get("p50_us"), med.get("p99_us")
+    row.cpu_us_per_msg = median_of([cpu_us_per_msg(workload, r) for r in ok])
+    row.cpu_pct = med.get("router_cpu_pct_total")
+    if med.get("router_rss_peak_kb_sum"):
+        row.rss_peak_mib = med["router_rss_peak_kb_sum"] / 1024
+    if med.get("missing_total"):
+        row.notes.append(f"missing {med['missing_total']:,}")
+    if workload == "multicast" and ok:
+        row.notes.append(f"min received {med.get('received_min'):,}")
+    released = sum(r.get("released", 0) for r in ok)
+    if released:
+        row.notes.append(f"released {released:,}")
+    for r in runs:
+        if "error" in r:
+            row.notes.append("error: " + r["error"].splitlines()[0][:80])
+    return row
+
+
+def add_direct_ratio(rows: list[Row]) -> None:
+    """Fill vs_direct_pct of router rows from the direct row of the same workload."""
+    direct = {r.workload: r.rate for r in rows if r.target == "direct"}
+    for r in rows:
+        base = direct.get(r.workload)
+        if r.target != "direct" and base and r.rate is not None:
+            r.vs_direct_pct = 100 * r.rate / base
+
+
+def fmt(v: float | None, spec: str) -> str:
+    """Format a number for the table, '–' when absent."""
+    return "–" if v is None else format(v, spec)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The summary as a Markdown table."""
+    head = ("| workload | target | rate | vs direct | RPC p50 µs | RPC p99 µs | router CPU µs/msg "
+            "| router CPU % | router peak RSS MiB | runs ok | notes |")
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        rate = "–" if r.rate is None else f"{r.rate:,.0f} {r.unit}"
+        vs = "" if r.target == "direct" else fmt(r.vs_direct_pct, ".0f") + ("%" if r.vs_direct_pct else "")
+        lines.append(f"| {r.workload} | {r.target} | {rate} | {vs} | {fmt(r.p50_us, ',.0f')} "
+                     f"| {fmt(r.p99_us, ',.0f')} | {fmt(r.cpu_us_per_msg, '.1f')} | {fmt(r.cpu_pct, '.0f')} "
+                     f"| {fmt(r.rss_peak_mib, '.1f')} | {r.ok_runs}/{r.runs} | {'; '.join(r.notes)} |")
+    return "\n".join(lines)
+
+
+def host_info() -> dict:
+    """Where the numbers were measured."""
+    cpu = ""
+    with contextlib.suppress(OSError):
+        cpu = next((x.split(":", 1)[1].strip() for x in Path("/proc/cpuinfo").read_text().splitlines()
+                    if x.startswith("model name")), "")
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return {"cpus": os.cpu_count(), "cpu_model": cpu, "kernel": platform.release(),
+            "python": platform.python_version(), "git_rev": rev.stdout.strip() or None}
+
+
+def command_line() -> str:
+    """How this script was invoked, as a shell command."""
+    exe = os.path.relpath(sys.executable) if sys.executable.startswith(os.getcwd()) else sys.executable
+    return shlex.join([exe, *sys.argv])
+
+
+# ------------------------------------------------------------------------------------------- profiling
+
+def ensure_py_spy() -> Path:
+    """py-spy from the virtualenv, pip-installed there if missing."""
+    exe = Path(python_exe()).parent / "py-spy"
+    if exe.exists():
+        return exe
+    found = shutil.which("py-spy")
+    if found:
+        return Path(found)
+    print("installing py-spy into the virtualenv ...", flush=True)
+    subprocess.run([python_exe(), "-m", "pip", "install", "-q", "py-spy"], check=True)
+    if not exe.exists():
+        raise BenchError("py-spy not found after pip install")
+    return exe
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, out: Path, fmt_name: str, a: argparse.Namespace, log_dir: Path) -> Iterator[None]:
+    """Attach `py-spy record` to pid for the duration of the with-block; the file is written on exit."""
+    cmd = [str(ensure_py_spy()), "record", "--pid", str(pid), "--rate", str(a.profile_rate), "--format",
+           fmt_name, "--full-filenames", "--output", str(out)] + (["--native"] if a.native else [])
+    print("$ " + shlex.join(cmd), flush=True)
+    proc, log, err = spawn(cmd, log_dir, f"py-spy-{fmt_name}")
+    try:
+        wait_for_lines("py-spy", proc, log, err, [r"py-spy> Sampling process"], 15)
+        yield
+    finally:
+        stop_process(proc, signal.SIGINT, timeout=60)  # Ctrl-C: py-spy stops sampling and writes the file
+    if not out.exists():
+        raise BenchError(f"py-spy wrote no {out.name}:\n{tail(log)}\n{tail(err)}")
+
+
+def short_path(path: str) -> str:
+    """A file name relative to the repo, site-packages or the stdlib directory; else its base name."""
+    for prefix in ("site-packages/", "dist-packages/", f"{REPO}/", f"python{sys.version_info[0]}."):
+        i = path.find(prefix)
+        if i >= 0:
+            rest = path[i + len(prefix):]
+            return rest.split("/", 1)[1] if prefix.startswith("python") and "/" in rest else rest
+    return os.path.basename(path)
+
+
+def split_frame(frame: str) -> str:
+    """'handler (/repo/router/x.py:12)' -> 'handler (router/x.py)': aggregate over line numbers."""
+    m = re.fullmatch(r"(.*) \((.*?)(?::\d+)?\)", frame)
+    return f"{m.group(1)} ({short_path(m.group(2))})" if m else frame
+
+
+def top_functions(collapsed: Path, n: int = 25) -> tuple[int, list[tuple[str, int, int]]]:
+    """(total samples, [(function, self samples, inclusive samples)]) from a py-spy raw file."""
+    self_c: Counter[str] = Counter()
+    incl_c: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [split_frame(f) for f in stack.split(";")]
+        k = int(count)
+        total += k
+        self_c[frames[-1]] += k
+        for f in set(frames):
+            incl_c[f] += k
+    return total, [(f, c, incl_c[f]) for f, c in self_c.most_common(n)]
+
+
+def top_table(total: int, top: list[tuple[str, int, int]]) -> str:
+    """The top self-time functions as a Markdown table."""
+    lines = ["| # | self % | incl % | function (file) |", "|---:|---:|---:|---|"]
+    for i, (f, s, inc) in enumerate(top, 1):
+        lines.append(f"| {i} | {100 * s / total:.1f} | {100 * inc / total:.1f} | `{f}` |")
+    return "\n".join(lines)
+
+
+def profile_throughput(a: argparse.Namespace, router: Router, client: Path, stem: str, tmp: Path) -> dict:
+    """Run the throughput workload twice under py-spy: flamegraph SVG, then raw collapsed stacks."""
+    if router.pid is None:
+        raise BenchError("--profile needs the router pid (--router-pid with --router url:...)")
+    files = {"flamegraph": RESULTS_DIR / f"{stem}-throughput.svg",
+             "raw": RESULTS_DIR / f"{stem}-throughput.collapsed.txt"}
+    rates = {}
+    for fmt_name, out in files.items():
+        cmd = harness_command(a, router.url, router.url, f"profile-{fmt_name}", "throughput", 1, [router.pid],
+                              tmp / f"profile-{fmt_name}.json", ["--count", str(a.profile_count)])
+        with py_spy(router.pid, out, fmt_name, a, tmp):
+            res = run_harness(cmd, client, router.alive)
+        rates[fmt_name] = res["median"].get("throughput", {}).get("msgs_per_s")
+    total, top = top_functions(files["raw"])
+    return {"flamegraph_svg": str(files["flamegraph"].relative_to(REPO)),
+            "collapsed": str(files["raw"].relative_to(REPO)),
+            "msgs_per_s_under_profiler": rates, "samples": total,
+            "top_self": [{"function": f, "self_samples": s, "incl_samples": i} for f, s, i in top],
+            "markdown": top_table(total, top) if total else "(no samples)"}
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+def start_router(a: argparse.Namespace, tmp: Path) -> Router:
+    """Start (or locate) the router chosen with --router."""
+    if a.router == "node":
+        return start_node(a, tmp)
+    if a.router == "prototype":
+        return start_prototype(a, tmp)
+    return external_router(a)
+
+
+def measure(a: argparse.Namespace, router: Router, client: Path, tmp: Path) -> dict[str, dict]:
+    """Run the workloads against the router and (unless --no-direct) the direct baseline."""
+    workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in RATE_KEY]
+    if unknown:
+        raise BenchError(f"unknown workloads: {', '.join(unknown)}")
+    targets: dict[str, dict] = {}
+    pids = [router.pid] if router.pid else []
+    cmd = harness_command(a, router.url, router.url, router.kind, ",".join(workloads), a.repeat, pids,
+                          tmp / "router.json", [])
+    targets[router.kind] = {"command": shlex.join(cmd), "results": run_harness(cmd, client, router.alive)}
+    direct = [w for w in workloads if w != "multicast"]  # one listening client cannot fan out
+    if not a.no_direct and direct:
+        port = free_port()
+        cmd = harness_command(a, f"{HOST}:{port}", f"listen://{HOST}:{port}", "direct", ",".join(direct),
+                              a.repeat, [], tmp / "direct.json", [])
+        targets["direct"] = {"command": shlex.join(cmd), "results": run_harness(cmd, client, lambda: True)}
+    return targets
+
+
+def summary_rows(targets: dict[str, dict]) -> list[Row]:
+    """Table rows, grouped by workload, router first, direct last."""
+    rows = []
+    names = list(targets)
+    workloads = list(targets[names[0]]["results"]["runs"])
+    for w in workloads:
+        for t in names:
+            if w in targets[t]["results"]["runs"]:
+                rows.append(summarize(w, t, targets[t]["results"]))
+    add_direct_ratio(rows)
+    return rows
+
+
+def save_router_log(router: Router, stem: str) -> str | None:
+    """Copy the router's stderr (its log) next to the results if it wrote anything."""
+    if router.stderr_log is None or not router.stderr_log.exists() or router.stderr_log.stat().st_size == 0:
+        return None
+    dest = RESULTS_DIR / f"{stem}-router.log"
+    shutil.copyfile(router.stderr_log, dest)
+    return str(dest.relative_to(REPO))
+
+
+def report(a: argparse.Namespace, record: dict, rows: list[Row]) -> None:
+    """Print the Markdown for BENCHMARKS.md and the profile summary."""
+    print()
+    if rows:
+        print(f"### {record['label']} ({record['timestamp']}, {record['host']['cpus']} CPUs, "
+              f"{record['host']['cpu_model'] or 'unknown CPU'})\n")
+        print(record["markdown"])
+        print(f"\nCommand: `{record['command']}`  ")
+        print(f"Router: {record['router']['kind']} at {record['router']['url']}, "
+              f"repeat {a.repeat}, medians of the runs.")
+    prof = record.get("profile")
+    if prof and "markdown" in prof:
+        print(f"\nProfile (py-spy, throughput, {prof['samples']} samples; msg/s under the profiler: "
+              f"{prof['msgs_per_s_under_profiler']}):\n")
+        print(prof["markdown"])
+        print(f"\nFlamegraph: {prof['flamegraph_svg']}  collapsed stacks: {prof['collapsed']}")
+    elif prof:
+        print(f"\nProfile failed: {prof.get('error')}")
+    print(f"\nResults: {record['results_file']}")
+
+
+def run(a: argparse.Namespace) -> int:
+    """Everything, with every process we start stopped on the way out."""
+    client = ensure_client(a.harness)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    label = re.sub(r"[^A-Za-z0-9_.-]+", "_", a.label or a.router.split(":")[0])
+    stem = f"{stamp}-{label}"
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    record: dict = {"label": label, "timestamp": stamp, "command": command_line(), "host": host_info()}
+    with tempfile.TemporaryDirectory(prefix="node_bench-") as tmpdir, contextlib.ExitStack() as stack:
+        tmp = Path(tmpdir)
+        router = start_router(a, tmp)
+        stack.callback(stop_router, router)
+        print(f"router: {router.kind} at {router.url} pid={router.pid}", flush=True)
+        try:
+            targets = {} if a.profile_only else measure(a, router, client, tmp)
+        except BenchError as e:
+            stop_router(router)
+            log = tail(router.stderr_log)
+            raise BenchError(f"{e}\n  router log (tail):\n{log}" if log else str(e)) from None
+        rows = summary_rows(targets) if targets else []
+        record["targets"] = targets
+        record["summary"] = [r.__dict__ for r in rows]
+        record["markdown"] = markdown_table(rows) if rows else ""
+        if a.profile:
+            try:
+                record["profile"] = profile_throughput(a, router, client, stem, tmp)
+            except (BenchError, subprocess.CalledProcessError) as e:
+                record["profile"] = {"error": str(e)}
+        stack.close()  # stop the router now, so its exit code goes into the record
+        record["router"] = {"kind": router.kind, "url": router.url, "pid": router.pid,
+                            "command": router.command, "config": router.config,
+                            "exit_code": router.exit_code, "log": save_router_log(router, stem)}
+    out = RESULTS_DIR / f"{stem}.json"
+    record["results_file"] = str(out.relative_to(REPO))
+    out.write_text(json.dumps(record, indent=1))
+    report(a, record, rows)
+    if router.exit_code not in (None, 0, -signal.SIGTERM):
+        print(f"warning: the router exited with code {router.exit_code} when stopped", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: Ctrl-C and SIGTERM stop everything we started, then exit."""
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with SIGINT ignored
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return run(a)
+    except BenchError as e:
+        print(f"node_bench: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("node_bench: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

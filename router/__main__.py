@@ -1,0 +1,5 @@
+"""Allow `python -m router ...`."""
+
+from router.cli import main
+
+raise SystemExit(main())

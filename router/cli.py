@@ -1,0 +1,83 @@
+"""Command line: ``meshrouter run CONFIG`` and ``meshrouter check-config FILE`` (see docs/CONTRACTS.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from router import PRODUCT, __version__
+from router.config import ConfigError, NodeConfig, load_config
+from router.logs import setup_logging
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2  # bad config (same code argparse uses for usage errors)
+
+log = logging.getLogger(__name__)
+
+
+def _error(message: str) -> None:
+    print(f"{PRODUCT}: error: {message}", file=sys.stderr, flush=True)
+
+
+def _load(path: str) -> NodeConfig | None:
+    """Load a config, reporting a ConfigError as one line on stderr (None then)."""
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        _error(str(err))
+        return None
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = _load(args.config)
+    if config is None:
+        return EXIT_CONFIG
+    setup_logging(config.log_level, config.log_levels)
+    # Imported here so that check-config and config errors never depend on the data plane.
+    from router.node.server import run_node
+
+    try:
+        result = run_node(config)
+    except OSError as exc:  # e.g. a listener address already in use
+        log.debug("node failed", exc_info=True)
+        _error(str(exc))
+        return EXIT_FAILURE
+    return EXIT_OK if result is None else int(result)
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    if _load(args.file) is None:
+        return EXIT_CONFIG
+    print(f"{args.file}: OK", flush=True)
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``meshrouter`` argument parser."""
+    parser = argparse.ArgumentParser(prog=PRODUCT, description="AMQP 1.0 message-router node.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser("run", help="run a router node until SIGINT/SIGTERM")
+    run.add_argument("config", metavar="CONFIG", help="YAML config file (see config/node.yaml)")
+    run.set_defaults(func=_cmd_run)
+
+    check = commands.add_parser("check-config", help="validate a config file and exit (0 = OK, 2 = bad)")
+    check.add_argument("file", metavar="FILE", help="YAML config file")
+    check.set_defaults(func=_cmd_check_config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``meshrouter`` script and ``python -m router``; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors: argparse has printed already
+        return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_FAILURE)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return EXIT_OK

@@ -1,0 +1,363 @@
+"""Node configuration: the YAML layout, its validation and the frozen dataclasses the node runs from.
+
+The layout is fixed by docs/CONTRACTS.md. Every problem is reported as a :class:`ConfigError` that names
+the file, the exact key path (``listeners[1].port``) and what is wrong with the value.
+
+Validation is table driven: each mapping in the file has a table of ``_Key`` entries (checker, required,
+default); :func:`_section` applies a table to a mapping. Checkers raise ``_Invalid(key_path, problem)``,
+which :func:`parse_config` turns into a ``ConfigError`` carrying the file name.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+DISTRIBUTIONS = ("closest", "balanced", "multicast")
+ROLES = ("normal",)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: Address namespaces the router uses itself: a first token of these, or anything starting with "$".
+RESERVED_FIRST_TOKENS = ("_topo", "_local")
+#: Credit is granted through Proton as a C int.
+MAX_LINK_CAPACITY = 2**31 - 1
+
+_NODE_ID_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_SEPARATORS = re.compile(r"[/.]")
+_WILDCARDS = ("*", "#")
+
+
+# --------------------------------------------------------------------------------------------- API
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """One listening socket."""
+
+    host: str
+    port: int  # 0 = pick a free port
+    role: str = "normal"
+
+
+@dataclass(frozen=True)
+class AddressRule:
+    """Distribution for every address under ``prefix`` (normalised: no ``amqp:/`` or leading ``/``)."""
+
+    prefix: str
+    distribution: str  # "closest" | "balanced" | "multicast"
+
+
+def _empty_mapping() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A validated node configuration (see docs/CONTRACTS.md for the meaning of each field)."""
+
+    node_id: str
+    listeners: tuple[ListenerConfig, ...]
+    address_rules: tuple[AddressRule, ...] = ()
+    default_distribution: str = "balanced"
+    link_capacity: int = 250
+    idle_timeout: float = 16.0
+    log_level: str = "info"
+    log_levels: Mapping[str, str] = field(default_factory=_empty_mapping, hash=False)
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        # Keep the instance immutable even when built by hand from lists and dicts.
+        object.__setattr__(self, "listeners", tuple(self.listeners))
+        object.__setattr__(self, "address_rules", tuple(self.address_rules))
+        object.__setattr__(self, "log_levels", MappingProxyType(dict(self.log_levels)))
+
+
+class ConfigError(Exception):
+    """An invalid or unreadable config; ``str(e) == "FILE: KEY_PATH: PROBLEM"``."""
+
+    def __init__(self, file: str, key_path: str, problem: str) -> None:
+        super().__init__(file, key_path, problem)
+        self.file = file
+        self.key_path = key_path
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key_path}: {self.problem}"
+
+
+def load_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read, parse and validate a YAML config file; every failure is a :class:`ConfigError`."""
+    source = os.fsdecode(os.fspath(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(source, "<file>", f"cannot read file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, "<file>", f"not valid UTF-8 text (byte offset {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, "<file>", _yaml_problem(exc)) from None
+    return parse_config(data, source)
+
+
+def parse_config(data: object, source: str) -> NodeConfig:
+    """Validate already-parsed YAML data (``source`` names it in errors) and build a :class:`NodeConfig`."""
+    try:
+        return _build(data, source)
+    except _Invalid as exc:
+        raise ConfigError(source, exc.key_path, exc.problem) from None
+
+
+# ------------------------------------------------------------------------------------- internals
+
+
+class _Invalid(Exception):
+    def __init__(self, key_path: str, problem: str) -> None:
+        super().__init__(key_path, problem)
+        self.key_path = key_path
+        self.problem = problem
+
+
+Checker = Callable[[Any, str], Any]  # (value, key_path) -> validated value
+
+
+@dataclass(frozen=True)
+class _Key:
+    check: Checker
+    required: bool = False
+    default: Any = None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    text = f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        text += f" ({context} at line {context_mark.line + 1})"
+    return text
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _type_name(value: object) -> str:
+    for kind, name in ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "float"),
+                       (str, "string"), (Mapping, "mapping"), (list, "list")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _wrong_type(value: object, expected: str, path: str) -> _Invalid:
+    got = _type_name(value)
+    if isinstance(value, bool | int | float | str):
+        got += f" {value!r}"
+    return _Invalid(path, f"wrong type: expected {expected}, got {got}")
+
+
+def _section(value: object, path: str, keys: Mapping[str, _Key]) -> dict[str, Any]:
+    """Check a mapping against a key table: unknown keys, missing keys, then each value."""
+    if not isinstance(value, Mapping):
+        raise _wrong_type(value, "a mapping", path or "<root>")
+    for key in value:
+        if key not in keys:
+            raise _Invalid(_join(path, key), f"unknown key {key!r} (allowed: {', '.join(keys)})")
+    out: dict[str, Any] = {}
+    for key, spec in keys.items():
+        key_path = _join(path, key)
+        if key not in value:
+            if spec.required:
+                raise _Invalid(key_path, "missing required key")
+            out[key] = spec.default
+        elif value[key] is None and not spec.required:
+            out[key] = spec.default  # "key:" with nothing after it means "use the default"
+        else:
+            out[key] = spec.check(value[key], key_path)
+    return out
+
+
+# ------------------------------------------------------------------------------------ checkers
+
+
+def _string(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise _wrong_type(value, "string", path)
+    return value
+
+
+def _int_in(low: int, high: int) -> Checker:
+    def check(value: object, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _wrong_type(value, "integer", path)
+        if not low <= value <= high:
+            raise _Invalid(path, f"out of range: must be between {low} and {high}, got {value}")
+        return value
+
+    return check
+
+
+def _number_at_least(low: float) -> Checker:
+    def check(value: object, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _wrong_type(value, "number", path)
+        if not math.isfinite(value) or value < low:
+            raise _Invalid(path, f"out of range: must be a finite number >= {low:g}, got {value}")
+        return float(value)
+
+    return check
+
+
+def _choice(choices: tuple[str, ...], what: str) -> Checker:
+    def check(value: object, path: str) -> str:
+        if _string(value, path) not in choices:
+            raise _Invalid(path, f"unknown {what} {value!r} (valid: {', '.join(choices)})")
+        return value
+
+    return check
+
+
+_distribution = _choice(DISTRIBUTIONS, "distribution")
+_log_level = _choice(LOG_LEVELS, "log level")
+
+
+def _node_id(value: object, path: str) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise _Invalid(path, f"wrong type: expected string, got {_type_name(value)} {value!r} (quote it)")
+    if not _NODE_ID_RE.fullmatch(_string(value, path)):
+        raise _Invalid(path, f"invalid node id {value!r}: use only letters, digits, '_', '.' and '-'")
+    return value
+
+
+def _host(value: object, path: str) -> str:
+    if not _string(value, path).strip():
+        raise _Invalid(path, "must not be empty")
+    if any(c.isspace() for c in value):
+        raise _Invalid(path, f"invalid host {value!r}: must not contain whitespace")
+    return value
+
+
+def _log_levels(value: object, path: str) -> Mapping[str, str]:
+    if not isinstance(value, Mapping):
+        raise _wrong_type(value, "a mapping of logger name to log level", path)
+    out: dict[str, str] = {}
+    for name, level in value.items():
+        key_path = f"{path}[{name}]"
+        if not isinstance(name, str) or not name.strip():
+            raise _Invalid(key_path, f"invalid logger name {name!r}: expected a non-empty string")
+        out[name] = _log_level(level, key_path)
+    return MappingProxyType(out)
+
+
+def _prefix(value: object, path: str) -> str:
+    """Validate an address prefix and return it normalised (no ``amqp:/``, no leading ``/``)."""
+    raw = _string(value, path)
+    prefix = raw.removeprefix("amqp:/").removeprefix("/")
+    if not prefix:
+        raise _Invalid(path, f"bad prefix {raw!r}: must not be empty")
+    if any(c.isspace() for c in prefix):
+        raise _Invalid(path, f"bad prefix {raw!r}: must not contain whitespace")
+    for wildcard in _WILDCARDS:
+        if wildcard in prefix:
+            problem = f"bad prefix {raw!r}: wildcard {wildcard!r} not supported (prefixes are literal)"
+            raise _Invalid(path, problem)
+    if prefix[0] in "/." or prefix[-1] in "/.":
+        raise _Invalid(path, f"bad prefix {raw!r}: must not start or end with a separator ('/' or '.')")
+    tokens = _SEPARATORS.split(prefix)
+    if "" in tokens:
+        raise _Invalid(path, f"bad prefix {raw!r}: empty token between separators")
+    if tokens[0] in RESERVED_FIRST_TOKENS or prefix.startswith("$"):
+        reserved = ", ".join((*RESERVED_FIRST_TOKENS, "$..."))
+        raise _Invalid(path, f"bad prefix {raw!r}: reserved address space ({reserved})")
+    return prefix
+
+
+def _list_of(item: Checker, what: str, at_least: int = 0) -> Checker:
+    def check(value: object, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise _wrong_type(value, f"a list of {what}", path)
+        if len(value) < at_least:
+            raise _Invalid(path, f"at least {at_least} {what} required")
+        return [item(entry, f"{path}[{i}]") for i, entry in enumerate(value)]
+
+    return check
+
+
+def _table(keys: Mapping[str, _Key]) -> Checker:
+    return lambda value, path: _section(value, path, keys)
+
+
+# -------------------------------------------------------------------------------------- tables
+
+_LISTENER = {
+    "host": _Key(_host, required=True),
+    "port": _Key(_int_in(0, 65535), required=True),
+    "role": _Key(_choice(ROLES, "role"), default="normal"),
+}
+_RULE = {
+    "prefix": _Key(_prefix, required=True),
+    "distribution": _Key(_distribution, required=True),
+}
+_NODE = {
+    "id": _Key(_node_id, required=True),
+    "link_capacity": _Key(_int_in(1, MAX_LINK_CAPACITY), default=250),
+    "idle_timeout": _Key(_number_at_least(0), default=16.0),
+    "log_level": _Key(_log_level, default="info"),
+    "log_levels": _Key(_log_levels, default=MappingProxyType({})),
+}
+_ADDRESSES = {
+    "default": _Key(_distribution, default="balanced"),
+    "rules": _Key(_list_of(_table(_RULE), "rules"), default=[]),
+}
+_ROOT = {
+    "node": _Key(_table(_NODE), required=True),
+    "listeners": _Key(_list_of(_table(_LISTENER), "listener", at_least=1), required=True),
+    "addresses": _Key(_table(_ADDRESSES), default={"default": "balanced", "rules": []}),
+}
+
+
+def _first_duplicate(values: list[Any], path: Callable[[int], str], what: str) -> None:
+    """Raise for the first value seen twice (None values are skipped)."""
+    seen: dict[Any, int] = {}
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        if v in seen:
+            raise _Invalid(path(i), f"duplicate {what} {v!r} (already used by {path(seen[v])})")
+        seen[v] = i
+
+
+def _build(data: object, source: str) -> NodeConfig:
+    if data is None:
+        raise _Invalid("<root>", f"config is empty: expected a mapping with keys {', '.join(_ROOT)}")
+    if not isinstance(data, Mapping):
+        raise _Invalid("<root>", f"top level must be a mapping with keys {', '.join(_ROOT)}, "
+                                 f"got {_type_name(data)}")
+    root = _section(data, "", _ROOT)
+    node, addresses = root["node"], root["addresses"]
+    listeners = [ListenerConfig(**entry) for entry in root["listeners"]]
+    rules = [AddressRule(**entry) for entry in addresses["rules"]]
+    _first_duplicate([lc.port or None for lc in listeners], lambda i: f"listeners[{i}].port", "port")
+    _first_duplicate([r.prefix for r in rules], lambda i: f"addresses.rules[{i}].prefix", "prefix")
+    return NodeConfig(
+        node_id=node["id"],
+        listeners=tuple(listeners),
+        address_rules=tuple(rules),
+        default_distribution=addresses["default"],
+        link_capacity=node["link_capacity"],
+        idle_timeout=node["idle_timeout"],
+        log_level=node["log_level"],
+        log_levels=node["log_levels"],
+        source=source,
+    )

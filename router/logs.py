@@ -1,0 +1,102 @@
+"""Logging for the node process: one line per event on stderr, and a guard against log floods."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Hashable, Mapping
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_HANDLER_FLAG = "_meshrouter_handler"
+_module_levels_set: set[str] = set()  # loggers whose level the last setup_logging() call set
+
+
+class OneLineFormatter(logging.Formatter):
+    """Standard formatter that folds multi-line output (messages, tracebacks) onto one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return " | ".join(super().format(record).splitlines())
+
+
+def parse_level(level: str | int) -> int:
+    """``"debug"``/``"INFO"``/``logging.WARNING`` -> the numeric level; ValueError if unknown."""
+    if isinstance(level, int) and not isinstance(level, bool):
+        return level
+    number = logging.getLevelNamesMapping().get(str(level).upper())
+    if number is None:
+        raise ValueError(f"unknown log level {level!r}")
+    return number
+
+
+def setup_logging(level: str, per_module: Mapping[str, str] | None = None) -> None:
+    """Send all logging to stderr at ``level``, with ``per_module`` levels set on loggers by name.
+
+    Idempotent: calling it again replaces the handler and the per-module levels of the previous call.
+    Handlers installed by others (e.g. pytest's capture) are left alone.
+    """
+    root_level = parse_level(level)  # validate everything before changing anything
+    module_levels = {name: parse_level(value) for name, value in (per_module or {}).items()}
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, _HANDLER_FLAG, False):
+            root.removeHandler(handler)
+            handler.close()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter(LOG_FORMAT))
+    setattr(handler, _HANDLER_FLAG, True)
+    root.addHandler(handler)
+    root.setLevel(root_level)
+
+    for name in _module_levels_set:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    _module_levels_set.clear()
+    for name, module_level in module_levels.items():
+        logging.getLogger(name).setLevel(module_level)
+        _module_levels_set.add(name)
+
+
+class LogOnce:
+    """Log a repeating failure once per key, then stay quiet until :meth:`reset` says it recovered.
+
+    Example::
+
+        warn = LogOnce(logging.getLogger("router.node"))
+        warn.once(("connect", peer), logging.WARNING, "cannot reach %s: %s", peer, err)  # logged
+        warn.once(("connect", peer), logging.WARNING, "cannot reach %s: %s", peer, err)  # suppressed
+        warn.reset(("connect", peer))  # after success: the next failure is logged again
+
+    Keys stay remembered until reset, so use keys from a bounded set (peers, links, listeners).
+    """
+
+    def __init__(self, logger: logging.Logger | str) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        self._suppressed: dict[Hashable, int] = {}  # key -> repeats swallowed since it was logged
+        self._lock = threading.Lock()
+
+    def once(self, key: Hashable, level: int | str, msg: str, *args: object, **kwargs: object) -> bool:
+        """Log ``msg % args`` unless ``key`` was already logged since its last reset; True if logged."""
+        with self._lock:
+            if key in self._suppressed:
+                self._suppressed[key] += 1
+                return False
+            self._suppressed[key] = 0
+        kwargs.setdefault("stacklevel", 2)
+        self.logger.log(parse_level(level), msg, *args, **kwargs)  # type: ignore[arg-type]
+        return True
+
+    def reset(self, key: Hashable) -> int:
+        """Forget ``key`` so its next failure is logged; returns how many repeats were suppressed."""
+        with self._lock:
+            return self._suppressed.pop(key, 0)
+
+    def reset_all(self) -> None:
+        """Forget every key."""
+        with self._lock:
+            self._suppressed.clear()
+
+    def __contains__(self, key: Hashable) -> bool:
+        """True while ``key`` is being suppressed (logged once, not reset yet)."""
+        with self._lock:
+            return key in self._suppressed

@@ -1,0 +1,175 @@
+"""One accepted TCP connection: the socket, its Proton transport and connection, and byte pumping.
+
+Bytes read from the socket are pushed into the transport; everything the transport has to say is
+written back in large chunks. Proton-C is driven through python-qpid-proton's cffi layer directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from cproton_ffi import ffi
+from cproton_ffi.lib import (
+    PN_SYMBOL,
+    pn_connection,
+    pn_connection_collect,
+    pn_connection_offered_capabilities,
+    pn_connection_properties,
+    pn_connection_release,
+    pn_connection_set_container,
+    pn_data_enter,
+    pn_data_exit,
+    pn_data_put_array,
+    pn_data_put_map,
+    pn_data_put_string,
+    pn_data_put_symbol,
+    pn_decref,
+    pn_sasl,
+    pn_sasl_allowed_mechs,
+    pn_transport,
+    pn_transport_bind,
+    pn_transport_capacity,
+    pn_transport_close_head,
+    pn_transport_close_tail,
+    pn_transport_closed,
+    pn_transport_peek,
+    pn_transport_pending,
+    pn_transport_pop,
+    pn_transport_push,
+    pn_transport_require_auth,
+    pn_transport_set_idle_timeout,
+    pn_transport_set_max_frame,
+    pn_transport_set_server,
+    pn_transport_unbind,
+)
+
+from router import PRODUCT, __version__
+
+log = logging.getLogger(__name__)
+
+IO_CHUNK = 256 * 1024
+MAX_FRAME = 16384          # as qdrouterd's default; larger messages stream frame by frame
+
+_rbuf = bytearray(IO_CHUNK)
+_rbuf_c = ffi.from_buffer(_rbuf)
+_wbuf = bytearray(IO_CHUNK)
+_wbuf_c = ffi.from_buffer(_wbuf)
+_wbuf_mv = memoryview(_wbuf)
+
+
+def _bytes(value: bytes) -> tuple:
+    """A pn_bytes_t for `value` plus the buffer that must stay alive while it is used."""
+    keep = ffi.new("char[]", value)
+    return ffi.new("pn_bytes_t *", (len(value), keep))[0], keep
+
+
+def _put_symbol(data: object, value: str) -> None:
+    b, _keep = _bytes(value.encode())
+    pn_data_put_symbol(data, b)
+
+
+def _put_string(data: object, value: str) -> None:
+    b, _keep = _bytes(value.encode())
+    pn_data_put_string(data, b)
+
+
+class Connection:
+    """Socket + Proton transport + Proton connection of one peer."""
+
+    __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
+                 "want_write", "echo", "listener")
+
+    def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
+                 collector: object, role: str = "normal", echo_detector: object = None) -> None:
+        self.sock = sock
+        self.peer = peer
+        self.role = role
+        self.alive = True
+        self.want_write = False
+        self.links: set = set()         # our pn_link_t pointers on this connection
+        self.sessions: list = []        # pn_session_t pointers
+        self.echo = echo_detector
+        c = self.pn_conn = pn_connection()
+        t = self.pn_transport = pn_transport()
+        pn_transport_set_server(t)
+        pn_transport_set_max_frame(t, MAX_FRAME)
+        if idle_timeout > 0:
+            pn_transport_set_idle_timeout(t, int(idle_timeout * 1000))
+        # SASL ANONYMOUS offered; clients that skip SASL are accepted too (auth: security issue).
+        pn_sasl_allowed_mechs(pn_sasl(t), b"ANONYMOUS")
+        pn_transport_require_auth(t, False)
+        pn_connection_set_container(c, node_id.encode())
+        props = pn_connection_properties(c)
+        pn_data_put_map(props)
+        pn_data_enter(props)
+        _put_symbol(props, "product")
+        _put_string(props, PRODUCT)
+        _put_symbol(props, "version")
+        _put_string(props, __version__)
+        pn_data_exit(props)
+        caps = pn_connection_offered_capabilities(c)
+        pn_data_put_array(caps, False, PN_SYMBOL)
+        pn_data_enter(caps)
+        _put_symbol(caps, "ANONYMOUS-RELAY")
+        pn_data_exit(caps)
+        pn_connection_collect(c, collector)
+        pn_transport_bind(t, c)
+
+    def read(self) -> list | None:
+        """Read what the socket has into the transport. Returns echo requests seen, if any."""
+        t = self.pn_transport
+        cap = pn_transport_capacity(t)
+        if cap <= 0:
+            if cap < 0:                   # input side closed: nothing more will be read
+                return None
+            return None
+        try:
+            n = self.sock.recv_into(_rbuf, min(cap, IO_CHUNK))
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            n = 0
+        if n == 0:
+            pn_transport_close_tail(t)
+            return None
+        pn_transport_push(t, _rbuf_c, n)
+        if self.echo is not None:
+            found = self.echo.feed(bytes(_rbuf[:n]))
+            return found or None
+        return None
+
+    def flush(self) -> bool:
+        """Write what the transport has. True when everything went out (False: socket full)."""
+        t, sock = self.pn_transport, self.sock
+        p = pn_transport_pending(t)
+        while p > 0:
+            k = pn_transport_peek(t, _wbuf_c, min(p, IO_CHUNK))
+            if k <= 0:
+                break
+            try:
+                s = sock.send(_wbuf_mv[:k])
+            except (BlockingIOError, InterruptedError):
+                s = 0
+            except OSError:
+                pn_transport_close_head(t)
+                return True
+            if s > 0:
+                pn_transport_pop(t, s)
+            if s < k:
+                return False
+            p = pn_transport_pending(t)
+        if p < 0:
+            pn_transport_close_head(t)
+        return True
+
+    def finished(self) -> bool:
+        """Both directions of the transport are closed: the connection can be torn down."""
+        return bool(pn_transport_closed(self.pn_transport))
+
+    def free(self) -> None:
+        """Release the Proton objects (call once, after the connection left every table)."""
+        pn_transport_unbind(self.pn_transport)
+        pn_decref(self.pn_transport)
+        pn_connection_release(self.pn_conn)
+        self.pn_transport = self.pn_conn = None

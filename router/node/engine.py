@@ -1,0 +1,857 @@
+"""Proton-C event handling for one node: sessions, links, transfers, dispositions, credit.
+
+The engine turns Proton events into calls on the forwarding core (router.forwarding.core) and carries
+out the core's decisions on Proton objects. It never reads the clock or touches sockets: the server
+(router.node.server) owns I/O and time and calls `process()` after feeding bytes in.
+
+Hot path (a complete single-frame transfer): read it into one reusable buffer, ask the core for a
+consumer, send the same bytes on a new outbound delivery, and remember outbound -> inbound. When the
+consumer settles, its outcome (with details) is copied back and both deliveries settle. Message bodies
+are never decoded; only anonymous-relay transfers are scanned for the `to` property.
+
+Multi-frame transfers are streamed: the consumer is chosen on the first frame and each chunk is passed
+on as it arrives, pausing while the consumer's session has more than STREAM_HIGH_WATER bytes waiting,
+so memory stays bounded whatever the message size.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cproton_ffi import ffi
+from cproton_ffi.lib import (
+    PN_CONNECTION_REMOTE_CLOSE,
+    PN_CONNECTION_REMOTE_OPEN,
+    PN_DELIVERY,
+    PN_LINK_FLOW,
+    PN_LINK_REMOTE_CLOSE,
+    PN_LINK_REMOTE_DETACH,
+    PN_LINK_REMOTE_OPEN,
+    PN_LOCAL_ACTIVE,
+    PN_LOCAL_UNINIT,
+    PN_SESSION_REMOTE_CLOSE,
+    PN_SESSION_REMOTE_OPEN,
+    PN_TRANSPORT,
+    PN_TRANSPORT_CLOSED,
+    PN_TRANSPORT_ERROR,
+    pn_collector,
+    pn_collector_peek,
+    pn_collector_pop,
+    pn_condition_get_description,
+    pn_condition_get_name,
+    pn_condition_is_set,
+    pn_condition_set_description,
+    pn_condition_set_name,
+    pn_connection_close,
+    pn_connection_open,
+    pn_connection_state,
+    pn_delivery,
+    pn_delivery_abort,
+    pn_delivery_aborted,
+    pn_delivery_link,
+    pn_delivery_partial,
+    pn_delivery_pending,
+    pn_delivery_readable,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_delivery_settled,
+    pn_delivery_update,
+    pn_event_connection,
+    pn_event_delivery,
+    pn_event_link,
+    pn_event_session,
+    pn_event_transport,
+    pn_event_type,
+    pn_link_advance,
+    pn_link_close,
+    pn_link_condition,
+    pn_link_credit,
+    pn_link_drain,
+    pn_link_drained,
+    pn_link_flow,
+    pn_link_get_drain,
+    pn_link_is_sender,
+    pn_link_open,
+    pn_link_queued,
+    pn_link_recv,
+    pn_link_remote_source,
+    pn_link_remote_target,
+    pn_link_send,
+    pn_link_session,
+    pn_link_source,
+    pn_link_state,
+    pn_link_target,
+    pn_session_close,
+    pn_session_connection,
+    pn_session_open,
+    pn_session_outgoing_bytes,
+    pn_session_set_incoming_capacity,
+    pn_session_state,
+    pn_terminus_copy,
+    pn_terminus_get_address,
+    pn_terminus_is_dynamic,
+    pn_terminus_set_address,
+    pn_transport_condition,
+    pn_transport_connection,
+)
+
+from router.amqp.codec import IncompleteError, MalformedError, scan_message
+from router.forwarding.core import (
+    ACCEPTED,
+    MODIFIED,
+    REJECTED,
+    RELEASED,
+    TERMINAL,
+    Consumer,
+    McastGroup,
+    Producer,
+    RouterCore,
+)
+from router.node.connection import Connection
+from router.node.outcomes import OutcomeSnapshot, copy_outcome, set_modified, set_rejected
+
+log = logging.getLogger(__name__)
+
+SESSION_CAPACITY = 8 * 1024 * 1024   # bytes a peer may have in flight to us per session (bounds memory)
+STREAM_HIGH_WATER = 1024 * 1024      # pause a streamed message while its consumer's session holds more
+STREAM_CHUNK = 256 * 1024            # bytes moved per step of a streamed message
+ANON_SCAN_LIMIT = 64 * 1024          # sections before the body of an anonymous message must fit in this
+
+
+class NodeOutcome:
+    """An outcome made by the node itself (consumer lost), usable where an OutcomeSnapshot is."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: int) -> None:
+        self.outcome = outcome
+
+    def apply(self, dst_dlv: object) -> None:
+        if self.outcome == MODIFIED:
+            set_modified(dst_dlv, failed=True)
+        else:
+            pn_delivery_update(dst_dlv, self.outcome)
+
+
+class _RejectNoTo:
+    """REJECTED for an anonymous message without a readable `to`."""
+
+    __slots__ = ()
+    outcome = REJECTED
+
+    def apply(self, dst_dlv: object) -> None:
+        set_rejected(dst_dlv, b"amqp:precondition-failed",
+                     b"anonymous relay: the message has no readable 'to' address")
+
+
+class Stream:
+    """A multi-frame inbound delivery being passed on chunk by chunk."""
+
+    __slots__ = ("in_dlv", "in_link", "producer", "outs", "group", "presettled", "prefix", "routed",
+                 "final")
+
+    def __init__(self, in_dlv: object, in_link: object, producer: Producer) -> None:
+        self.in_dlv = in_dlv
+        self.in_link = in_link
+        self.producer = producer
+        self.outs: list[tuple[Consumer, object]] = []
+        self.group: McastGroup | None = None
+        self.presettled = False
+        self.prefix: bytearray | None = None   # bytes read before an anonymous message was routed
+        self.routed = False
+        # outcome for the producer decided before the transfer completed (consumer settled early or
+        # was lost, or the message could not be routed); applied when the last frame has arrived
+        self.final: object = None
+
+
+class Engine:
+    """Carries the core's decisions out on Proton objects, for every connection of one node."""
+
+    def __init__(self, core: RouterCore, node_id: str, idle_timeout: float) -> None:
+        self.core = core
+        self.node_id = node_id
+        self.idle_timeout = idle_timeout
+        self.collector = pn_collector()
+        self.conns: dict[object, Connection] = {}      # pn_connection_t* -> Connection
+        self.links: dict[object, Consumer | Producer] = {}  # pn_link_t* -> core record
+        self.dirty: set[Connection] = set()            # connections with output to write
+        self.dead: list[Connection] = []               # closed connections to tear down
+        self.streams: dict[object, Stream] = {}        # inbound pn_delivery_t* -> Stream
+        self.stream_outs: dict[object, Stream] = {}    # outbound pn_delivery_t* of a stream -> Stream
+        self.paused: set[Stream] = set()
+        self._bufsize = 64 * 1024
+        self._buf = ffi.new("char[]", self._bufsize)
+        self._tagnum = ffi.new("uint64_t *")
+        self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
+        core.backlog = pn_link_queued
+        self._rare = {
+            PN_CONNECTION_REMOTE_OPEN: self._on_connection_open,
+            PN_CONNECTION_REMOTE_CLOSE: self._on_connection_close,
+            PN_SESSION_REMOTE_OPEN: self._on_session_open,
+            PN_SESSION_REMOTE_CLOSE: self._on_session_close,
+            PN_LINK_REMOTE_OPEN: self._on_link_open,
+            PN_LINK_REMOTE_CLOSE: self._on_link_close,
+            PN_LINK_REMOTE_DETACH: self._on_link_close,
+            PN_TRANSPORT_ERROR: self._on_transport_error,
+            PN_TRANSPORT_CLOSED: self._on_transport_closed,
+        }
+
+    # ---- connections -----------------------------------------------------------------------------------
+    def add_connection(self, sock: object, peer: str, role: str = "normal",
+                       echo_detector: object = None) -> Connection:
+        conn = Connection(sock, peer, self.node_id, self.idle_timeout, self.collector, role, echo_detector)
+        self.conns[conn.pn_conn] = conn
+        self.dirty.add(conn)
+        log.debug("connection from %s", peer)
+        return conn
+
+    def kill(self, conn: Connection) -> None:
+        """The connection is gone: fail its links' deliveries and queue it for tear-down."""
+        if not conn.alive:
+            return
+        conn.alive = False
+        for link in list(conn.links):
+            self._drop_link(link, conn_alive=False)
+        self.dead.append(conn)
+        log.debug("connection from %s closed", conn.peer)
+
+    def take_dead(self) -> list[Connection]:
+        """Connections to unregister and free (the server does the socket part)."""
+        dead, self.dead = self.dead, []
+        for conn in dead:
+            self.conns.pop(conn.pn_conn, None)
+            self.dirty.discard(conn)
+        return dead
+
+    def answer_echo(self, conn: Connection) -> None:
+        """A FLOW with echo=true arrived: make Proton send a FLOW back on every session.
+
+        Proton-C ignores `echo`; re-setting a session's incoming capacity makes it post a flow for that
+        session (carrying a receiver link's state when one is pending), which is the answer we can give.
+        """
+        for ssn in conn.sessions:
+            pn_session_set_incoming_capacity(ssn, SESSION_CAPACITY)
+        for link in conn.links:
+            rec = self.links.get(link)
+            if rec is not None and rec.__class__ is Producer:
+                if rec.draining:
+                    pn_link_drain(link, 0)
+                else:
+                    pn_link_flow(link, 0)
+        self.dirty.add(conn)
+
+    # ---- the event pump ------------------------------------------------------------------------------
+    def process(self) -> None:
+        """Handle every pending Proton event."""
+        coll = self.collector
+        peek, pop, etype = pn_collector_peek, pn_collector_pop, pn_event_type
+        on_delivery, on_flow, rare = self._on_delivery, self._on_flow, self._rare
+        ev = peek(coll)
+        while ev:
+            t = etype(ev)
+            if t == PN_DELIVERY:
+                on_delivery(pn_event_delivery(ev))
+            elif t == PN_LINK_FLOW:
+                on_flow(pn_event_link(ev))
+            elif t != PN_TRANSPORT:
+                handler = rare.get(t)
+                if handler is not None:
+                    handler(ev)
+            pop(coll)
+            ev = peek(coll)
+
+    def apply_credit(self) -> None:
+        """Flow the credit the core decided to producers, and drain those that lost their consumers."""
+        grants, drains = self.core.take_credit_actions()
+        dirty = self.dirty
+        for p, n in grants:
+            pn_link_flow(p.handle, n)
+            dirty.add(p.conn)
+        for p in drains:
+            pn_link_drain(p.handle, 0)
+            dirty.add(p.conn)
+
+    # ---- session / connection events ------------------------------------------------------------------
+    def _conn_of(self, ev: object) -> Connection | None:
+        return self.conns.get(pn_event_connection(ev))
+
+    def _on_connection_open(self, ev: object) -> None:
+        c = pn_event_connection(ev)
+        if pn_connection_state(c) & PN_LOCAL_UNINIT:
+            pn_connection_open(c)
+        conn = self.conns.get(c)
+        if conn is not None:
+            self.dirty.add(conn)
+
+    def _on_connection_close(self, ev: object) -> None:
+        conn = self._conn_of(ev)
+        if conn is not None:
+            for link in list(conn.links):
+                self._drop_link(link, conn_alive=True)
+            self.dirty.add(conn)
+        pn_connection_close(pn_event_connection(ev))
+
+    def _on_session_open(self, ev: object) -> None:
+        ssn = pn_event_session(ev)
+        if pn_session_state(ssn) & PN_LOCAL_UNINIT:
+            pn_session_set_incoming_capacity(ssn, SESSION_CAPACITY)
+            pn_session_open(ssn)
+        conn = self.conns.get(pn_session_connection(ssn))
+        if conn is not None:
+            conn.sessions.append(ssn)
+            self.dirty.add(conn)
+
+    def _on_session_close(self, ev: object) -> None:
+        ssn = pn_event_session(ev)
+        conn = self.conns.get(pn_session_connection(ssn))
+        if conn is not None:
+            for link in [lk for lk in conn.links if pn_link_session(lk) == ssn]:
+                self._drop_link(link, conn_alive=True)
+                pn_link_close(link)
+            if ssn in conn.sessions:
+                conn.sessions.remove(ssn)
+            self.dirty.add(conn)
+        pn_session_close(ssn)
+
+    def _on_transport_error(self, ev: object) -> None:
+        t = pn_event_transport(ev)
+        cond = pn_transport_condition(t)
+        conn = self.conns.get(pn_transport_connection(t))
+        peer = conn.peer if conn is not None else "?"
+        if pn_condition_is_set(cond):
+            name = ffi.string(pn_condition_get_name(cond)).decode(errors="replace")
+            d = pn_condition_get_description(cond)
+            desc = ffi.string(d).decode(errors="replace") if d != ffi.NULL else ""
+            log.info("connection from %s failed: %s %s", peer, name, desc)
+        if conn is not None:
+            self.dirty.add(conn)
+
+    def _on_transport_closed(self, ev: object) -> None:
+        conn = self.conns.get(pn_transport_connection(pn_event_transport(ev)))
+        if conn is not None:
+            self.kill(conn)
+
+    # ---- link attach / detach --------------------------------------------------------------------------
+    def _on_link_open(self, ev: object) -> None:
+        link = pn_event_link(ev)
+        if not pn_link_state(link) & PN_LOCAL_UNINIT:
+            return
+        conn = self.conns.get(pn_session_connection(pn_link_session(link)))
+        if conn is None or not conn.alive:
+            return
+        self.dirty.add(conn)
+        pn_terminus_copy(pn_link_source(link), pn_link_remote_source(link))
+        pn_terminus_copy(pn_link_target(link), pn_link_remote_target(link))
+        if pn_link_is_sender(link):
+            self._attach_consumer(link, conn)
+        else:
+            self._attach_producer(link, conn)
+
+    def _attach_consumer(self, link: object, conn: Connection) -> None:
+        """A client receiver attached: we send to it from its source address."""
+        src = pn_link_remote_source(link)
+        if pn_terminus_is_dynamic(src):
+            name = self.core.new_dynamic_address()
+            pn_terminus_set_address(pn_link_source(link), name.encode())
+        else:
+            name = _terminus_address(src)
+            if not name:
+                self._refuse(link, b"amqp:invalid-field", b"a receiving link needs a source address")
+                return
+        c = self.core.add_consumer(link, conn, name)
+        self.links[link] = c
+        conn.links.add(link)
+        pn_link_open(link)
+        log.debug("consumer attached to %s from %s", name, conn.peer)
+
+    def _attach_producer(self, link: object, conn: Connection) -> None:
+        """A client sender attached: it sends to its target address (none: anonymous relay)."""
+        tgt = pn_link_remote_target(link)
+        if pn_terminus_is_dynamic(tgt):
+            self._refuse(link, b"amqp:not-implemented", b"dynamic targets are not supported")
+            return
+        name = _terminus_address(tgt)
+        p = self.core.add_producer(link, conn, name or None)
+        self.links[link] = p
+        conn.links.add(link)
+        pn_link_open(link)
+        log.debug("producer attached to %s from %s", name or "<anonymous>", conn.peer)
+
+    def _refuse(self, link: object, name: bytes, description: bytes) -> None:
+        cond = pn_link_condition(link)
+        pn_condition_set_name(cond, name)
+        pn_condition_set_description(cond, description)
+        pn_link_open(link)
+        pn_link_close(link)
+
+    def _on_link_close(self, ev: object) -> None:
+        link = pn_event_link(ev)
+        if link in self.links:
+            self._drop_link(link, conn_alive=True)
+        if pn_link_state(link) & PN_LOCAL_ACTIVE:
+            pn_link_close(link)
+        conn = self._conn_of(ev)
+        if conn is not None:
+            self.dirty.add(conn)
+
+    def _drop_link(self, link: object, conn_alive: bool) -> None:
+        """Forget a link; settle what it leaves behind so nothing stays unsettled anywhere."""
+        rec = self.links.pop(link, None)
+        if rec is None:
+            return
+        rec.conn.links.discard(link)
+        if rec.__class__ is Consumer:
+            self._drop_consumer(rec, link, conn_alive)
+        else:
+            self._drop_producer(rec, conn_alive)
+
+    def _drop_consumer(self, c: Consumer, link: object, conn_alive: bool) -> None:
+        queued = pn_link_queued(link)
+        first_unsent = c.delivered - queued + 1     # sequence numbers >= this never reached the wire
+        for od, e in self.core.remove_consumer(c):
+            stream = self.stream_outs.pop(od, None)
+            if stream is not None:                  # partly sent: the consumer got a broken message
+                stream.outs = [(cc, d) for cc, d in stream.outs if d != od]
+                if conn_alive:
+                    pn_delivery_abort(od)
+                    pn_delivery_settle(od)
+                if e[3] is not None:
+                    self._copy_done(e[3], None, MODIFIED, NodeOutcome(MODIFIED))
+                else:
+                    stream.final = NodeOutcome(MODIFIED)
+                continue
+            outcome = RELEASED if e[4] >= first_unsent else MODIFIED
+            self._fail(e, outcome)
+            if conn_alive:
+                pn_delivery_settle(od)
+        if c.held:
+            for item in c.held:
+                self._release_held(item)
+        c.held = None
+
+    def _drop_producer(self, p: Producer, conn_alive: bool) -> None:
+        self.core.remove_producer(p)
+        for d, s in [(d, s) for d, s in self.streams.items() if s.producer is p]:
+            del self.streams[d]
+            self.paused.discard(s)
+            for c, od in s.outs:
+                self.stream_outs.pop(od, None)
+                c.busy = False
+                if c.alive:
+                    pn_delivery_abort(od)
+                    self.dirty.add(c.conn)
+                    self.core.settle(od)
+                    self._flush_held(c)
+
+    def _fail(self, e: tuple, outcome: int) -> None:
+        """An in-flight delivery's consumer is gone: tell the producer RELEASED or MODIFIED(failed)."""
+        din, p, _c, g, _seq = e
+        if g is not None:
+            self._copy_done(g, None, outcome, NodeOutcome(outcome))
+            return
+        if p.alive:
+            if outcome == MODIFIED:
+                set_modified(din, failed=True)
+            else:
+                pn_delivery_update(din, outcome)
+            pn_delivery_settle(din)
+            self.core.count_outcome(outcome)
+            self.dirty.add(p.conn)
+
+    # ---- flow -------------------------------------------------------------------------------------------
+    def _on_flow(self, link: object) -> None:
+        rec = self.links.get(link)
+        if rec is None:
+            return
+        if rec.__class__ is Consumer:
+            credit = pn_link_credit(link)
+            if credit > 0 and pn_link_get_drain(link):
+                pn_link_drained(link)      # nothing is waiting for this consumer: answer the drain now
+                credit = 0
+                self.dirty.add(rec.conn)
+            self.core.consumer_credit(rec, credit)
+        else:
+            self.core.producer_credit(rec, pn_link_credit(link))
+
+    # ---- deliveries -------------------------------------------------------------------------------------
+    def _on_delivery(self, d: object) -> None:
+        link = pn_delivery_link(d)
+        rec = self.links.get(link)
+        if rec is None:
+            return
+        if rec.__class__ is Consumer:
+            self._on_outcome(d, rec)
+            return
+        if self.streams:
+            s = self.streams.get(d)
+            if s is not None:
+                self._pump_stream(s)
+                return
+        if not pn_delivery_readable(d):
+            return
+        if pn_delivery_partial(d):
+            self._start_stream(d, link, rec)
+            return
+        if pn_delivery_aborted(d):
+            pn_link_advance(link)
+            pn_delivery_settle(d)
+            rec.credit -= 1
+            self.core.unroutable(rec, True)
+            return
+        n = pn_delivery_pending(d)
+        if n > self._bufsize:
+            self._bufsize = n * 2
+            self._buf = ffi.new("char[]", self._bufsize)
+        buf = self._buf
+        n = pn_link_recv(link, buf, n)
+        pn_link_advance(link)
+        rec.credit -= 1
+        presettled = pn_delivery_settled(d)
+        a = rec.address
+        if a is None:
+            a = self._anonymous_target(d, buf, n, presettled, rec)
+            if a is None:
+                return
+        if a.multicast:
+            self._multicast(d, rec, a.consumers and self.core.fanout(a, presettled), buf, n, presettled)
+            return
+        c = self.core.pick(a)
+        if c is None:
+            self._unroutable(d, rec, presettled)
+            return
+        if c.busy:
+            self._hold(c, ffi.buffer(buf, n)[:], d, rec, presettled)
+            return
+        out = c.handle
+        self._tagnum[0] += 1
+        od = pn_delivery(out, self._tag)
+        pn_link_send(out, buf, n)
+        pn_link_advance(out)
+        self.dirty.add(c.conn)
+        if presettled:
+            pn_delivery_settle(od)
+            pn_delivery_settle(d)
+            self.core.sent_presettled(rec, (c,))
+        else:
+            self.core.sent(rec, c, d, od)
+
+    def _anonymous_target(self, d: object, buf: object, n: int, presettled: bool, p: Producer):
+        """Route an anonymous-relay transfer by its `to`; settle it here if that is impossible."""
+        try:
+            to = scan_message(ffi.buffer(buf, min(n, ANON_SCAN_LIMIT))[:]).to
+        except MalformedError:
+            self._reject(d, p, presettled, b"amqp:decode-error", b"cannot read the message properties")
+            return None
+        if not to:
+            self._reject(d, p, presettled, b"amqp:precondition-failed",
+                         b"anonymous relay: the message has no 'to' address")
+            return None
+        a = self.core.lookup(to)
+        if a is None or not a.consumers:
+            self._unroutable(d, p, presettled)
+            return None
+        return a
+
+    def _reject(self, d: object, p: Producer, presettled: bool, name: bytes, desc: bytes) -> None:
+        if not presettled:
+            set_rejected(d, name, desc)
+            self.core.count_outcome(0x25)
+        pn_delivery_settle(d)
+        self.core.unroutable(p, True)
+        self.dirty.add(p.conn)
+
+    def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
+        if not presettled:
+            pn_delivery_update(d, RELEASED)
+        pn_delivery_settle(d)
+        self.core.unroutable(p, presettled)
+        self.dirty.add(p.conn)
+
+    def _multicast(self, d: object, p: Producer, consumers, buf: object, n: int, presettled: bool) -> None:
+        if not consumers:
+            self._unroutable(d, p, presettled)
+            return
+        core = self.core
+        g = None if presettled else core.new_group(d, p)
+        for c in consumers:
+            if c.busy:
+                self._hold(c, ffi.buffer(buf, n)[:], d, p, presettled, g)
+                continue
+            out = c.handle
+            self._tagnum[0] += 1
+            od = pn_delivery(out, self._tag)
+            pn_link_send(out, buf, n)
+            pn_link_advance(out)
+            self.dirty.add(c.conn)
+            if presettled:
+                pn_delivery_settle(od)
+            else:
+                core.sent_copy(g, c, od)
+        if presettled:
+            pn_delivery_settle(d)
+            core.sent_presettled(p, [c for c in consumers if not c.busy])
+
+    def _on_outcome(self, od: object, c: Consumer) -> None:
+        """The consumer updated or settled one of our outbound deliveries."""
+        outcome = pn_delivery_remote_state(od)
+        if outcome not in TERMINAL:
+            if not pn_delivery_settled(od):
+                return
+            outcome = ACCEPTED           # settled without an outcome: the default outcome
+        e = self.core.settle(od)
+        if e is None:
+            pn_delivery_settle(od)
+            return
+        din, p, _c, g, _seq = e
+        stream = self.stream_outs.pop(od, None) if self.stream_outs else None
+        if stream is not None:                   # decided before the whole message was sent to it
+            self._stop_stream_copy(stream, c, od)
+            if g is None:
+                stream.final = OutcomeSnapshot(od, outcome)
+        if g is not None:
+            self._copy_done(g, od, outcome, None)
+        elif p.alive and stream is None:
+            copy_outcome(od, din, outcome)
+            pn_delivery_settle(din)
+            self.core.count_outcome(outcome)
+            self.dirty.add(p.conn)
+        pn_delivery_settle(od)
+        self.dirty.add(c.conn)
+
+    def _copy_done(self, g: McastGroup, od: object, outcome: int, made: object) -> None:
+        """One multicast copy is terminal; settle upstream when it was the last one."""
+        if self.core.copy_outcome(g, outcome):
+            g.detail = made if made is not None else OutcomeSnapshot(od, outcome)
+        if g.pending == 0:
+            p = g.producer
+            stream = self.streams.get(g.in_dlv) if self.streams else None
+            if stream is not None and stream.producer is p:
+                stream.final = g.detail          # answered when the transfer completes
+                stream.group = None
+            elif p.alive:
+                g.detail.apply(g.in_dlv)
+                pn_delivery_settle(g.in_dlv)
+                self.core.count_outcome(g.outcome)
+                self.dirty.add(p.conn)
+            self.core.group_done(g)
+            g.detail = None
+
+    # ---- consumers busy with a streamed message ---------------------------------------------------------
+    def _hold(self, c: Consumer, data: bytes, d: object, p: Producer, presettled: bool,
+              g: McastGroup | None = None) -> None:
+        """Keep a delivery for `c` until the message being streamed to it is complete."""
+        if c.held is None:
+            c.held = []
+        if g is not None:
+            g.pending += 1
+        c.held.append((data, d, p, presettled, g))
+
+    def _flush_held(self, c: Consumer) -> None:
+        """Send what waited for the stream that just finished on `c`."""
+        held, c.held = c.held, None
+        if not held:
+            return
+        for data, d, p, presettled, g in held:
+            out = c.handle
+            self._tagnum[0] += 1
+            od = pn_delivery(out, self._tag)
+            pn_link_send(out, data, len(data))
+            pn_link_advance(out)
+            if presettled:
+                pn_delivery_settle(od)
+                self.core.sent_presettled(p, (c,))
+            elif g is not None:
+                g.pending -= 1                      # sent_copy counts it again
+                self.core.sent_copy(g, c, od)
+            elif p.alive:
+                self.core.sent(p, c, d, od)
+            else:
+                pn_delivery_settle(od)
+        self.dirty.add(c.conn)
+
+    def _release_held(self, item: tuple) -> None:
+        _data, d, p, presettled, g = item
+        if presettled:
+            return
+        if g is not None:
+            self._copy_done(g, None, RELEASED, NodeOutcome(RELEASED))
+        elif p.alive:
+            pn_delivery_update(d, RELEASED)
+            pn_delivery_settle(d)
+            self.core.count_outcome(RELEASED)
+            self.dirty.add(p.conn)
+
+    # ---- streaming (multi-frame messages) ---------------------------------------------------------------
+    def _start_stream(self, d: object, link: object, p: Producer) -> None:
+        s = Stream(d, link, p)
+        s.presettled = bool(pn_delivery_settled(d))
+        p.credit -= 1
+        self.streams[d] = s
+        if p.address is None:
+            s.prefix = bytearray()
+        else:
+            self._route_stream(s, p.address)
+        self._pump_stream(s)
+
+    def _route_stream(self, s: Stream, a) -> None:
+        """Choose the consumers of a streamed message and open an outbound delivery on each."""
+        s.routed = True
+        core = self.core
+        if a.multicast:
+            consumers = [c for c in core.fanout(a, s.presettled) if not c.busy]
+        else:
+            c = core.pick(a)
+            consumers = [c] if c is not None and not c.busy else []
+        if not s.presettled and consumers:
+            if a.multicast:
+                s.group = core.new_group(s.in_dlv, s.producer)
+        for c in consumers:
+            self._tagnum[0] += 1
+            od = pn_delivery(c.handle, self._tag)
+            c.busy = True
+            s.outs.append((c, od))
+            self.stream_outs[od] = s
+            if not s.presettled:
+                if s.group is not None:
+                    core.sent_copy(s.group, c, od)
+                else:
+                    core.sent(s.producer, c, s.in_dlv, od)
+            self.dirty.add(c.conn)
+
+    def _pump_stream(self, s: Stream) -> None:
+        """Move what has arrived of a streamed message on to its consumers, as far as they can take."""
+        d, link = s.in_dlv, s.in_link
+        while True:
+            if s.outs and any(pn_session_outgoing_bytes(pn_link_session(c.handle)) > STREAM_HIGH_WATER
+                              for c, _ in s.outs):
+                self.paused.add(s)
+                return
+            n = pn_delivery_pending(d)
+            if n <= 0:
+                break
+            n = min(n, STREAM_CHUNK)
+            if n > self._bufsize:
+                self._bufsize = max(n, self._bufsize * 2)
+                self._buf = ffi.new("char[]", self._bufsize)
+            buf = self._buf
+            got = pn_link_recv(link, buf, n)
+            if got <= 0:
+                break
+            if not s.routed:
+                s.prefix += ffi.buffer(buf, got)[:]
+                if not self._route_anonymous_stream(s):
+                    if s.in_dlv not in self.streams:
+                        return          # settled (rejected / released) already
+                    continue
+                data = bytes(s.prefix)
+                s.prefix = None
+                for c, _od in s.outs:
+                    pn_link_send(c.handle, data, len(data))
+                continue
+            for c, _od in s.outs:
+                pn_link_send(c.handle, buf, got)
+        self.paused.discard(s)
+        if pn_delivery_aborted(d):
+            self._end_stream(s, aborted=True)
+        elif not pn_delivery_partial(d) and pn_delivery_pending(d) <= 0:
+            self._end_stream(s, aborted=False)
+
+    def _route_anonymous_stream(self, s: Stream) -> bool:
+        """Try to route an anonymous streamed message from the bytes read so far."""
+        try:
+            to = scan_message(bytes(s.prefix)).to
+        except IncompleteError:
+            if len(s.prefix) < ANON_SCAN_LIMIT:
+                return False
+            to = None
+        except MalformedError:
+            to = None
+        if to is None:
+            self._sink_stream(s, REJECTED)
+            return False
+        a = self.core.lookup(to)
+        if a is None or not a.consumers:
+            self._sink_stream(s, RELEASED)
+            return False
+        self._route_stream(s, a)
+        if not s.outs:
+            self._sink_stream(s, RELEASED)
+            return False
+        return True
+
+    def _sink_stream(self, s: Stream, outcome: int) -> None:
+        """Give up on a streamed message: read and discard the rest, then answer with `outcome`."""
+        s.routed = True
+        s.prefix = None
+        s.outs = []
+        s.final = _RejectNoTo() if outcome == REJECTED else NodeOutcome(outcome)
+        self.core.unroutable(s.producer, True)      # credit back now; the answer comes at the end
+
+    def _end_stream(self, s: Stream, aborted: bool) -> None:
+        """The last frame of a streamed message arrived (or the producer aborted it)."""
+        d, link, p = s.in_dlv, s.in_link, s.producer
+        self.streams.pop(d, None)
+        self.paused.discard(s)
+        pn_link_advance(link)
+        core = self.core
+        for c, od in s.outs:
+            self.stream_outs.pop(od, None)
+            c.busy = False
+            if aborted:
+                pn_delivery_abort(od)
+                core.settle(od)
+                if s.presettled:
+                    pn_delivery_settle(od)
+            else:
+                pn_link_advance(c.handle)
+                if s.presettled:
+                    pn_delivery_settle(od)
+            self.dirty.add(c.conn)
+        if aborted:
+            if s.group is not None:
+                core.group_done(s.group)
+            pn_delivery_settle(d)
+            core.unroutable(p, True)
+        elif s.presettled:
+            pn_delivery_settle(d)
+            core.sent_presettled(p, [c for c, _ in s.outs])
+        elif s.final is not None:
+            s.final.apply(d)
+            pn_delivery_settle(d)
+            core.count_outcome(s.final.outcome)
+        elif not s.outs and s.group is None:
+            pn_delivery_update(d, RELEASED)          # nobody could take it
+            pn_delivery_settle(d)
+            core.count_outcome(RELEASED)
+            core.unroutable(p, True)
+        # otherwise the consumers' outcomes settle it later, as for any delivery
+        for c, _od in s.outs:
+            self._flush_held(c)
+        self.dirty.add(p.conn)
+
+    def _stop_stream_copy(self, s: Stream, c: Consumer, od: object) -> None:
+        """The consumer decided on a streamed delivery before it was complete: stop sending it there."""
+        s.outs = [(cc, d) for cc, d in s.outs if d != od]
+        c.busy = False
+        pn_delivery_abort(od)
+        self._flush_held(c)
+
+    def resume_streams(self) -> None:
+        """Retry paused streams (called after output was written)."""
+        if self.paused:
+            for s in list(self.paused):
+                if s.in_dlv in self.streams:
+                    self._pump_stream(s)
+                else:
+                    self.paused.discard(s)
+
+    def snapshot(self) -> dict:
+        """Core tables plus the adapter's own (for tests and logs)."""
+        snap = self.core.snapshot()
+        snap.update(connections=len(self.conns), links=len(self.links), streams=len(self.streams))
+        return snap
+
+
+def _terminus_address(terminus: object) -> str:
+    p = pn_terminus_get_address(terminus)
+    return ffi.string(p).decode() if p != ffi.NULL else ""

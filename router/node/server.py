@@ -1,0 +1,204 @@
+"""The node process: asyncio event loop, listening sockets, timers, signals.
+
+One asyncio loop per node (so the pika-based broker gateway can later share it). Sockets are watched
+with `add_reader`; reads only push bytes into Proton, and one `_pump` per loop iteration handles all
+resulting events, applies credit decisions and writes every connection that has output. This batches
+work under load: one pass can forward hundreds of messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from cproton_ffi.lib import pn_transport_tick
+
+from router.addressing import AddressRules
+from router.amqp.codec import FlowEchoDetector
+from router.config import NodeConfig
+from router.forwarding.core import RouterCore
+from router.node.connection import Connection
+from router.node.engine import Engine
+
+log = logging.getLogger(__name__)
+
+
+class NodeServer:
+    """Runs one router node until stopped."""
+
+    def __init__(self, config: NodeConfig, loop: asyncio.AbstractEventLoop) -> None:
+        self.config = config
+        self.loop = loop
+        rules = AddressRules([(r.prefix, r.distribution) for r in config.address_rules],
+                             config.default_distribution)
+        self.core = RouterCore(config.node_id, rules, config.link_capacity)
+        self.engine = Engine(self.core, config.node_id, config.idle_timeout)
+        self.listeners: list[tuple[socket.socket, str]] = []
+        self.urls: list[tuple[str, str]] = []
+        self._pump_scheduled = False
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self.stopped = loop.create_future()
+
+    # ---- start / stop -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind every listener (raises OSError when a port is taken) and start the timers."""
+        for lc in self.config.listeners:
+            sock = socket.socket(socket.AF_INET6 if ":" in lc.host else socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((lc.host, lc.port))
+            sock.listen(128)
+            sock.setblocking(False)
+            self.loop.add_reader(sock.fileno(), self._accept, sock, lc.role)
+            self.listeners.append((sock, lc.role))
+            host, port = sock.getsockname()[:2]
+            self.urls.append((lc.role, f"amqp://{host}:{port}"))
+        self._tick()
+
+    def stop(self) -> None:
+        """Close listeners and every connection; resolves `stopped`."""
+        for sock, _role in self.listeners:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+        self.listeners = []
+        for conn in list(self.engine.conns.values()):
+            self._close_socket(conn)
+            self.engine.kill(conn)
+        self._reap()
+        if self._tick_handle is not None:
+            self._tick_handle.cancel()
+        if not self.stopped.done():
+            self.stopped.set_result(None)
+
+    # ---- sockets ------------------------------------------------------------------------------------------
+    def _accept(self, lsock: socket.socket, role: str) -> None:
+        while True:
+            try:
+                sock, addr = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("accept failed: %s", exc)
+                return
+            sock.setblocking(False)
+            if sock.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            peer = f"{addr[0]}:{addr[1]}"
+            conn = self.engine.add_connection(sock, peer, role, FlowEchoDetector())
+            self.loop.add_reader(sock.fileno(), self._readable, conn)
+            self._schedule()
+
+    def _readable(self, conn: Connection) -> None:
+        if not conn.alive:
+            return
+        echo = conn.read()
+        if echo:
+            self.engine.answer_echo(conn)
+        self.engine.dirty.add(conn)
+        self._schedule()
+
+    def _writable(self, conn: Connection) -> None:
+        if conn.alive:
+            self.engine.dirty.add(conn)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self.loop.call_soon(self._pump)
+
+    def _pump(self) -> None:
+        """Handle all Proton events, apply credit, write output; once per loop iteration."""
+        self._pump_scheduled = False
+        engine = self.engine
+        try:
+            engine.process()
+            engine.apply_credit()
+            self._flush()
+            engine.process()                 # events raised while writing (e.g. transport closed)
+            engine.resume_streams()
+            engine.apply_credit()
+            if engine.dirty:
+                self._flush()
+        except Exception:                    # a bug must not take the whole node down silently
+            log.exception("internal error while processing events")
+        self._reap()
+
+    def _flush(self) -> None:
+        engine = self.engine
+        dirty, engine.dirty = engine.dirty, set()
+        for conn in dirty:
+            if not conn.alive:
+                continue
+            done = conn.flush()
+            if done != (not conn.want_write):
+                conn.want_write = not done
+                if done:
+                    self.loop.remove_writer(conn.sock.fileno())
+                else:
+                    self.loop.add_writer(conn.sock.fileno(), self._writable, conn)
+            if conn.finished():
+                engine.kill(conn)
+
+    def _close_socket(self, conn: Connection) -> None:
+        try:
+            fd = conn.sock.fileno()
+            if fd >= 0:
+                self.loop.remove_reader(fd)
+                self.loop.remove_writer(fd)
+        except (ValueError, OSError):
+            pass
+        conn.sock.close()
+
+    def _reap(self) -> None:
+        for conn in self.engine.take_dead():
+            self._close_socket(conn)
+            conn.free()
+
+    # ---- timers -------------------------------------------------------------------------------------------
+    def _tick(self) -> None:
+        """Drive Proton's idle-timeout processing (heartbeats out, silent peers dropped)."""
+        now_ms = int(time.monotonic() * 1000)
+        engine = self.engine
+        for conn in list(engine.conns.values()):
+            if conn.alive:
+                pn_transport_tick(conn.pn_transport, now_ms)
+                engine.dirty.add(conn)
+        self._schedule()
+        timeout = self.config.idle_timeout
+        interval = min(1.0, timeout / 4) if timeout > 0 else 1.0
+        self._tick_handle = self.loop.call_later(interval, self._tick)
+
+    def log_state(self) -> None:
+        """Log the node's table sizes and counters as one JSON line (SIGUSR1)."""
+        log.info("state %s", json.dumps(self.engine.snapshot(), sort_keys=True))
+
+
+async def _serve(config: NodeConfig) -> int:
+    loop = asyncio.get_running_loop()
+    server = NodeServer(config, loop)
+    try:
+        server.start()
+    except OSError as exc:
+        print(f"meshrouter: error: cannot listen: {exc}", file=sys.stderr)
+        return 1
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.stop)
+    loop.add_signal_handler(signal.SIGUSR1, server.log_state)
+    for role, url in server.urls:
+        print(f"listening: role={role} url={url}", flush=True)
+    print(f"ready: node={config.node_id} pid={os.getpid()}", flush=True)
+    log.info("node %s ready (%s)", config.node_id, ", ".join(u for _, u in server.urls))
+    await server.stopped
+    log.info("node %s stopped", config.node_id)
+    return 0
+
+
+def run_node(config: NodeConfig) -> int:
+    """Run a node in the foreground until SIGINT / SIGTERM. Returns the exit status."""
+    return asyncio.run(_serve(config))

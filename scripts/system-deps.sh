@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages needed to compile python-qpid-proton from source (C compiler,
+# Python headers, OpenSSL and Cyrus SASL headers found through pkg-config) and, optionally,
+# the Proton-C library the benchmark load generator links against.
+# Does nothing when everything is already there; needs root (or sudo) otherwise.
+set -euo pipefail
+want=(gcc make pkg-config python3-dev libssl-dev libsasl2-dev)
+[ "${WITH_BENCH:-0}" = 1 ] && want+=(libqpid-proton11-dev)
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "system-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if ! command -v apt-get >/dev/null; then
+  echo "system-deps: missing ${missing[*]} and no apt-get here: install them by hand" >&2
+  exit 1
+fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
