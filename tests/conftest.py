@@ -49,6 +49,9 @@ class NodeProcess:
     stdout_lines: list[str] = field(default_factory=list)
     stopped: bool = False
 
+    def __repr__(self) -> str:
+        return f"<node {self.node_id} pid={self.proc.pid} {self.url}>"
+
     @property
     def pid(self) -> int:
         return self.proc.pid

@@ -568,46 +568,37 @@ def _properties_to(buf: Buffer, pos: int, n: int) -> tuple[str | None, int]:
 
 def _scan(buf: Buffer, complete: bool) -> MessageInfo:
     n = len(buf)
-    info = MessageInfo()
+    spans: list[Span | None] = [None, None, None, None, None]  # indexed by section code - 0x70
+    to = None
     pos = 0
-    last = 0
+    last = 0x6F
     while True:
         if pos >= n:
             if complete:
-                info.body_start = n
-                return info
+                return MessageInfo(to, *spans, n)
             raise IncompleteError("data ends before the message body")
         start = pos
-        if buf[pos] != 0:
+        if buf[pos]:
             raise MalformedError(f"expected a described section at offset {pos}")
-        if buf[pos + 1] == 0x53:
+        if buf[pos + 1] == 0x53:  # smallulong descriptor, the usual form
             code = buf[pos + 2]
             pos += 3
         else:
             code, pos = _section_code(buf, pos + 1)
-        if code <= last or not HEADER <= code <= FOOTER:
+        if code <= last or code > 0x78:  # out of order, repeated, or not a section
             raise MalformedError(f"unexpected section {code:#04x} at offset {start}")
+        if code >= 0x75:  # data, amqp-sequence, amqp-value, or footer (no body)
+            return MessageInfo(to, *spans, start)
         last = code
-        if code >= DATA:
-            info.body_start = start
-            return info
         if pos >= n:
             raise IncompleteError("data ends inside a section")
         if buf[pos] not in _SECTION_VALUE_CODES[code]:
             raise MalformedError(f"section {code:#04x} has value constructor {buf[pos]:#04x}")
-        if code == PROPERTIES:
-            info.to, pos = _properties_to(buf, pos, n)
-            info.properties = (start, pos)
-            continue
-        pos = _skip(buf, pos, n)
-        if code == HEADER:
-            info.header = (start, pos)
-        elif code == MESSAGE_ANNOTATIONS:
-            info.message_annotations = (start, pos)
-        elif code == APPLICATION_PROPERTIES:
-            info.application_properties = (start, pos)
+        if code == 0x73:
+            to, pos = _properties_to(buf, pos, n)
         else:
-            info.delivery_annotations = (start, pos)
+            pos = _skip(buf, pos, n)
+        spans[code - 0x70] = (start, pos)
 
 
 def scan_message(buf: Buffer, complete: bool = False) -> MessageInfo:
@@ -694,22 +685,30 @@ class FlowEchoDetector:
     returns ``(channel, handle)`` for each echo FLOW completed by that chunk (``handle`` is
     ``None`` for a session-level flow).
 
-    It does not track frame boundaries: it looks for the FLOW descriptor bytes (``00 53 13``,
-    and the rare ulong and symbolic descriptor forms) with ``bytes.find`` and confirms each
-    candidate by the 8-byte frame header in front of it (plausible size, doff == 2, type == 0)
+    It does not track frame boundaries: it looks for the FLOW descriptor bytes ``00 53 13``
+    (smallulong, what every common client sends) with ``bytes.find``; ``all_forms=True`` also
+    looks for the ulong (``00 80 00..13``) and symbolic (``amqp:flow:list``) descriptor forms, at
+    the price of two more passes over each chunk (about 1.8x the cost). Each candidate is
+    confirmed by the 8-byte frame header in front of it (plausible size, doff == 2, type == 0)
     and by decoding it: a valid FLOW list whose encoding ends exactly at the frame end (a FLOW
-    frame has no payload) and whose mandatory fields are integers. So a false positive needs
-    message payload bytes that contain this whole pattern, frame header included — i.e. a payload
-    that embeds an encoded echo FLOW frame; the router then answers a FLOW the peer did not send,
-    which is harmless (a FLOW reply carries only state). Frames with an extended header
-    (doff > 2) and FLOW frames larger than ``max_frame`` bytes (large ``properties`` maps) are
-    not reported. A candidate whose frame continues past the chunk is buffered until complete.
+    frame has no payload) and whose mandatory fields are integers.
+
+    False positives: only a message payload that contains this whole pattern, frame header
+    included — in practice a payload that embeds an encoded echo FLOW frame — is reported. The
+    caller should ignore a result for a channel/handle it does not have attached; otherwise the
+    cost is one unsolicited FLOW reply carrying the current (true) link/session state.
+
+    Not reported: frames with an extended header (doff > 2) and FLOW frames larger than
+    ``max_frame`` bytes (large ``properties`` maps). A candidate whose frame continues past the
+    chunk is buffered (at most ``max_frame`` bytes each) until complete. The last few bytes of
+    each chunk are kept so that a frame header or descriptor split across chunks is still found.
     """
 
-    __slots__ = ("_tail", "_pending", "_max_frame", "_offset")
+    __slots__ = ("_tail", "_pending", "_max_frame", "_offset", "_patterns")
 
-    def __init__(self, max_frame: int = 512) -> None:
+    def __init__(self, max_frame: int = 512, all_forms: bool = False) -> None:
         self._max_frame = max_frame
+        self._patterns = _FLOW_PATTERNS if all_forms else (_FLOW_SMALL,)
         self._tail = b""  # the last _TAIL bytes of the stream so far
         self._offset = 0  # stream offset of the chunk being fed
         # Candidates whose frame continues past the data seen: (stream offset, bytes so far, size).
@@ -730,13 +729,13 @@ class FlowEchoDetector:
             # ``data``: those the scan of ``data`` alone cannot see. A frame is at most
             # max_frame bytes, so ``seam`` holds every such frame that ``data`` completes.
             seam = tail + data[: self._max_frame]
-            for pattern in _FLOW_PATTERNS:
+            for pattern in self._patterns:
                 stop = lt + _FRAME_HEADER + len(pattern) - 1
                 i = seam.find(pattern, max(_FRAME_HEADER, lt - len(pattern) + 1), stop)
                 while i >= 0:
                     self._candidate(seam, i - _FRAME_HEADER, offset - lt, found)
                     i = seam.find(pattern, i + 1, stop)
-        for pattern in _FLOW_PATTERNS:
+        for pattern in self._patterns:
             i = data.find(pattern, _FRAME_HEADER)
             while i >= 0:
                 self._candidate(data, i - _FRAME_HEADER, offset, found)

@@ -43,6 +43,7 @@ from cproton_ffi.lib import (
     pn_condition_set_description,
     pn_condition_set_name,
     pn_connection_close,
+    pn_connection_condition,
     pn_connection_open,
     pn_connection_state,
     pn_delivery,
@@ -62,6 +63,7 @@ from cproton_ffi.lib import (
     pn_event_session,
     pn_event_transport,
     pn_event_type,
+    pn_event_type_name,
     pn_link_advance,
     pn_link_close,
     pn_link_condition,
@@ -91,6 +93,7 @@ from cproton_ffi.lib import (
     pn_terminus_get_address,
     pn_terminus_is_dynamic,
     pn_terminus_set_address,
+    pn_transport_close_tail,
     pn_transport_condition,
     pn_transport_connection,
 )
@@ -249,16 +252,32 @@ class Engine:
         ev = peek(coll)
         while ev:
             t = etype(ev)
-            if t == PN_DELIVERY:
-                on_delivery(pn_event_delivery(ev))
-            elif t == PN_LINK_FLOW:
-                on_flow(pn_event_link(ev))
-            elif t != PN_TRANSPORT:
-                handler = rare.get(t)
-                if handler is not None:
-                    handler(ev)
+            try:
+                if t == PN_DELIVERY:
+                    on_delivery(pn_event_delivery(ev))
+                elif t == PN_LINK_FLOW:
+                    on_flow(pn_event_link(ev))
+                elif t != PN_TRANSPORT:
+                    handler = rare.get(t)
+                    if handler is not None:
+                        handler(ev)
+            except Exception:           # a bug handling one event closes that connection only
+                self._handler_failed(ev, t)
             pop(coll)
             ev = peek(coll)
+
+    def _handler_failed(self, ev: object, event_type: int) -> None:
+        log.exception("internal error handling %s", pn_event_type_name(event_type).decode())
+        conn = self.conns.get(pn_event_connection(ev))
+        if conn is not None and conn.alive:
+            cond = pn_connection_condition(conn.pn_conn)
+            pn_condition_set_name(cond, b"amqp:internal-error")
+            pn_condition_set_description(cond, b"the router failed to handle this connection's traffic")
+            pn_connection_close(conn.pn_conn)
+            for link in list(conn.links):
+                self._drop_link(link, conn_alive=True)
+            pn_transport_close_tail(conn.pn_transport)   # write the close, then the socket goes
+            self.dirty.add(conn)
 
     def apply_credit(self) -> None:
         """Flow the credit the core decided to producers, and drain those that lost their consumers."""

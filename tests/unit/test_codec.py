@@ -647,7 +647,7 @@ def test_random_garbage_only_raises_malformed() -> None:
                     message_annotations(buf, info.message_annotations)
                 except MalformedError:
                     pass
-        det = FlowEchoDetector()
+        det = FlowEchoDetector(all_forms=True)
         det.feed(buf)
         det.feed(buf[::-1])
 
@@ -706,7 +706,7 @@ def test_finds_echo_flows() -> None:
 
 
 def test_descriptor_forms() -> None:
-    det = FlowEchoDetector()
+    det = FlowEchoDetector(all_forms=True)
     sym = flow(4, 1, True, descriptor=symbol("amqp:flow:list"))
     assert det.feed(sym) == [(4, 1)]
     small = flow(5, 2, True)
@@ -714,6 +714,9 @@ def test_descriptor_forms() -> None:
     assert perf.startswith(b"\x00\x53\x13")
     ulong_form = frame(5, b"\x00\x80" + (0x13).to_bytes(8, "big") + perf[3:])
     assert det.feed(ulong_form) == [(5, 2)]
+    assert det.feed(small) == [(5, 2)]
+    # By default only the smallulong form is looked for.
+    assert FlowEchoDetector().feed(sym + ulong_form + small) == [(5, 2)]
 
 
 @pytest.mark.parametrize(
@@ -758,7 +761,8 @@ def test_ignores_descriptor_bytes_in_payloads() -> None:
     assert FlowEchoDetector().feed(transfer(0, 0, 1, body=flow(9, 9, True))) == [(9, 9)]
 
 
-def make_stream() -> tuple[bytes, list[tuple[int, int | None]]]:
+def make_stream(all_forms: bool) -> tuple[bytes, list[tuple[int, int | None]]]:
+    ulong_perf = b"\x00\x80" + (0x13).to_bytes(8, "big") + flow(0, 11, True)[11:]
     parts = [
         b"AMQP\x00\x01\x00\x00",
         transfer(0, 0, 0),
@@ -770,20 +774,25 @@ def make_stream() -> tuple[bytes, list[tuple[int, int | None]]]:
         flow(3, 4, True),
         transfer(0, 0, 3),
         flow(6, 7, True, descriptor=symbol("amqp:flow:list")),
+        frame(8, ulong_perf),
         flow(7, 8, True),
     ]
-    return b"".join(parts), [(0, 0), (2, None), (3, 4), (6, 7), (7, 8)]
+    if all_forms:
+        return b"".join(parts), [(0, 0), (2, None), (3, 4), (6, 7), (8, 11), (7, 8)]
+    return b"".join(parts), [(0, 0), (2, None), (3, 4), (7, 8)]
 
 
-def test_stream_in_one_chunk() -> None:
-    stream, expected = make_stream()
-    assert FlowEchoDetector().feed(stream) == expected
+@pytest.mark.parametrize("all_forms", [False, True])
+def test_stream_in_one_chunk(all_forms: bool) -> None:
+    stream, expected = make_stream(all_forms)
+    assert FlowEchoDetector(all_forms=all_forms).feed(stream) == expected
 
 
-def test_stream_split_at_every_position() -> None:
-    stream, expected = make_stream()
+@pytest.mark.parametrize("all_forms", [False, True])
+def test_stream_split_at_every_position(all_forms: bool) -> None:
+    stream, expected = make_stream(all_forms)
     for cut in range(len(stream) + 1):
-        det = FlowEchoDetector()
+        det = FlowEchoDetector(all_forms=all_forms)
         got = det.feed(stream[:cut]) + det.feed(stream[cut:])
         assert got == expected, cut
 
@@ -795,25 +804,27 @@ def test_stream_split_at_every_pair_of_positions_near_flows() -> None:
     start = len(stream) - len(a) - len(b) - 12
     for i in range(start, len(stream) + 1):
         for j in range(i, len(stream) + 1):
-            det = FlowEchoDetector()
+            det = FlowEchoDetector(all_forms=True)
             got = det.feed(stream[:i]) + det.feed(stream[i:j]) + det.feed(stream[j:])
             assert got == [(1, 1), (2, None)], (i, j)
 
 
-def test_stream_byte_by_byte() -> None:
-    stream, expected = make_stream()
-    det = FlowEchoDetector()
+@pytest.mark.parametrize("all_forms", [False, True])
+def test_stream_byte_by_byte(all_forms: bool) -> None:
+    stream, expected = make_stream(all_forms)
+    det = FlowEchoDetector(all_forms=all_forms)
     got = []
     for i in range(len(stream)):
         got += det.feed(stream[i : i + 1])
     assert got == expected
 
 
-def test_random_chunking() -> None:
-    stream, expected = make_stream()
+@pytest.mark.parametrize("all_forms", [False, True])
+def test_random_chunking(all_forms: bool) -> None:
+    stream, expected = make_stream(all_forms)
     rng = random.Random(7)
     for _ in range(200):
-        det = FlowEchoDetector()
+        det = FlowEchoDetector(all_forms=all_forms)
         got: list[tuple[int, int | None]] = []
         pos = 0
         while pos < len(stream):
@@ -826,3 +837,4 @@ def test_random_chunking() -> None:
 def test_many_transfers_no_false_positive() -> None:
     chunk = b"".join(transfer(i % 4, i % 3, i) for i in range(2000))
     assert FlowEchoDetector().feed(chunk) == []
+    assert FlowEchoDetector(all_forms=True).feed(chunk) == []
