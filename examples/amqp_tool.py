@@ -183,15 +183,22 @@ class Send(Client):
         if self.settled == self.count:
             self.finish(0)
 
-    def on_delivery(self, event: Any) -> None:
-        delivery: Delivery = event.delivery
-        if delivery.link.is_sender and delivery.updated and delivery.remote_state in (
-                Delivery.ACCEPTED, Delivery.REJECTED, Delivery.RELEASED, Delivery.MODIFIED):
-            print(f"#{delivery.tag} {describe_outcome(delivery)}")
-            delivery.settle()
-            self.settled += 1
-            if self.settled == self.count:
-                self.finish(0)
+    # MessagingHandler calls one of these when the router passes a consumer's outcome back.
+    def on_accepted(self, event: Any) -> None:
+        self.outcome(event.delivery)
+
+    def on_rejected(self, event: Any) -> None:
+        self.outcome(event.delivery)
+
+    def on_released(self, event: Any) -> None:  # RELEASED or MODIFIED
+        self.outcome(event.delivery)
+
+    def outcome(self, delivery: Delivery) -> None:
+        """Print the outcome of message number ``delivery.tag``; stop after the last one."""
+        print(f"#{delivery.tag} {describe_outcome(delivery)}")
+        self.settled += 1
+        if self.settled == self.count:
+            self.finish(0)
 
     def timed_out(self) -> str:
         return f"{self.settled} of {self.count} messages settled ({self.sent} sent)"
@@ -209,7 +216,8 @@ class Recv(Client):
         container.create_receiver(connection, self.address)
 
     def on_link_opened(self, event: Any) -> None:
-        self.top_up(event.receiver)
+        if event.receiver is not None:  # (rpc-server also opens a sender)
+            self.top_up(event.receiver)
 
     def top_up(self, receiver: Receiver) -> None:
         """Keep ``--credit`` messages' worth of credit out, but never ask for more than --count."""
@@ -263,18 +271,22 @@ class RpcServer(Recv):
         while self.replies and self.relay is not None and self.relay.credit > 0:
             self.relay.send(self.replies.pop(0))
 
-    def on_delivery(self, event: Any) -> None:
-        delivery: Delivery = event.delivery
-        if not delivery.link.is_sender:
-            super().on_delivery(event)
-            return
-        if delivery.updated and delivery.remote_state:
-            if delivery.remote_state != Delivery.ACCEPTED:
-                print(f"reply {describe_outcome(delivery)}")
-            delivery.settle()
-            self.served += 1
-            if self.count and self.served >= self.count:
-                self.finish(0)
+    def on_accepted(self, event: Any) -> None:
+        self.reply_done(event.delivery)
+
+    def on_rejected(self, event: Any) -> None:
+        self.reply_done(event.delivery)
+
+    def on_released(self, event: Any) -> None:  # RELEASED or MODIFIED
+        self.reply_done(event.delivery)
+
+    def reply_done(self, delivery: Delivery) -> None:
+        """A reply got its outcome: that request is served."""
+        if delivery.remote_state != Delivery.ACCEPTED:
+            print(f"reply {describe_outcome(delivery)}")
+        self.served += 1
+        if self.count and self.served >= self.count:
+            self.finish(0)
 
 
 class RpcCall(Client):
