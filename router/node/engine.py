@@ -557,7 +557,7 @@ class Engine:
     def _anonymous_target(self, d: object, buf: object, n: int, presettled: bool, p: Producer):
         """Route an anonymous-relay transfer by its `to`; settle it here if that is impossible."""
         try:
-            to = scan_message(ffi.buffer(buf, min(n, ANON_SCAN_LIMIT))[:]).to
+            to = scan_message(ffi.buffer(buf, min(n, ANON_SCAN_LIMIT))[:], complete=n <= ANON_SCAN_LIMIT).to
         except MalformedError:
             self._reject(d, p, presettled, b"amqp:decode-error", b"cannot read the message properties")
             return None
