@@ -10,21 +10,25 @@ per subcommand:
     amqp_tool.py rpc-server ADDRESS                 answer requests with "echo: <body>"
     amqp_tool.py rpc-call ADDRESS TEXT [--count N]  send requests and wait for the replies
 
+Connects to --url (default amqp://127.0.0.1:5700).
 Exit codes: 0 done; 1 timeout, refused link or lost connection; 2 bad arguments; 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from proton import Condition, Connection, Delivery, Endpoint, Message, Receiver, Sender
+from proton import Condition, Connection, Delivery, Endpoint, Event, Message, Receiver, Sender
 from proton.handlers import MessagingHandler
 from proton.reactor import AtMostOnce, Container
 
 DEFAULT_URL = "amqp://127.0.0.1:5700"
+CTRL_C_POLL = 0.2  # seconds between checks of the Ctrl-C flag
 REJECT_CONDITION = Condition("app:rejected", "rejected by amqp_tool")
 
 
@@ -70,6 +74,16 @@ def settle_with(delivery: Delivery, outcome: str) -> None:
     delivery.settle()
 
 
+class Timer:
+    """Calls ``action()`` when a Container timer fires (``schedule()`` wants a handler object)."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self.action = action
+
+    def on_timer_task(self, event: Event) -> None:
+        self.action()
+
+
 class Client(MessagingHandler):
     """What every subcommand shares: one connection, an optional deadline, errors, the exit code."""
 
@@ -78,8 +92,11 @@ class Client(MessagingHandler):
         self.url = url
         self.timeout = timeout
         self.exit_code = 0
+        self.interrupted = False  # set by the Ctrl-C handler in main()
+        self.container: Container | None = None
         self.connection: Connection | None = None
-        self._timer: Any = None
+        self._deadline: Any = None  # proton Tasks (timers), which have .cancel()
+        self._ctrl_c_check: Any = None
         self._done = False
 
     # -- to be filled in by the subcommands
@@ -91,16 +108,26 @@ class Client(MessagingHandler):
         return "not done"
 
     # -- plumbing
-    def on_start(self, event: Any) -> None:
+    def on_start(self, event: Event) -> None:
+        self.container = event.container
         # reconnect=False: a demo tool should say "connection refused", not retry forever.
-        self.connection = event.container.connect(self.url, reconnect=False)
+        self.connection = self.container.connect(self.url, reconnect=False)
         if self.timeout > 0:
-            self._timer = event.container.schedule(self.timeout, self)
-        self.start(event.container, self.connection)
+            self._deadline = self.container.schedule(self.timeout, Timer(self.on_deadline))
+        self._ctrl_c_check = self.container.schedule(CTRL_C_POLL, Timer(self.check_ctrl_c))
+        self.start(self.container, self.connection)
 
-    def on_timer_task(self, event: Any) -> None:
-        self._timer = None
+    def on_deadline(self) -> None:
+        self._deadline = None
         self.finish(1, f"timeout after {self.timeout:g}s: {self.timed_out()}")
+
+    def check_ctrl_c(self) -> None:
+        """Ctrl-C only sets a flag; acting on it here, in the event loop, lets us close politely."""
+        if self.interrupted:
+            self._ctrl_c_check = None
+            self.finish(130, "interrupted")
+        elif self.container is not None:
+            self._ctrl_c_check = self.container.schedule(CTRL_C_POLL, Timer(self.check_ctrl_c))
 
     def finish(self, code: int = 0, error: str | None = None) -> None:
         """Stop: print the error (if any), cancel the deadline and close the connection."""
@@ -110,28 +137,28 @@ class Client(MessagingHandler):
         self.exit_code = code
         if error:
             print(f"amqp_tool: {error}", file=sys.stderr)
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for timer in (self._deadline, self._ctrl_c_check):
+            if timer is not None:
+                timer.cancel()
         if self.connection is not None and self.connection.state & Endpoint.LOCAL_ACTIVE:
             self.connection.close()  # the event loop ends once the router has closed its side too
 
-    def on_transport_error(self, event: Any) -> None:
+    def on_transport_error(self, event: Event) -> None:
         self.on_disconnected(event)
 
-    def on_connection_error(self, event: Any) -> None:
+    def on_connection_error(self, event: Event) -> None:
         cond = event.connection.remote_condition
         self.finish(1, f"connection closed by the router: {describe_condition(cond)}")
 
-    def on_session_error(self, event: Any) -> None:
+    def on_session_error(self, event: Event) -> None:
         self.finish(1, f"session closed by the router: {describe_condition(event.session.remote_condition)}")
 
-    def on_link_error(self, event: Any) -> None:
+    def on_link_error(self, event: Event) -> None:
         link = event.link
-        address = (link.target if link.is_sender else link.source).address or "(anonymous)"
+        address = (link.target if link.is_sender else link.source).address or "(no address)"
         self.finish(1, f"link {address} closed by the router: {describe_condition(link.remote_condition)}")
 
-    def on_disconnected(self, event: Any) -> None:
+    def on_disconnected(self, event: Event) -> None:
         cond = event.transport.condition  # e.g. "Connection refused to all addresses"
         self.finish(1, f"{self.url}: {cond.description if cond else 'connection lost'}")
 
@@ -139,7 +166,7 @@ class Client(MessagingHandler):
 class Info(Client):
     """``info``: print who the router says it is."""
 
-    def on_connection_opened(self, event: Any) -> None:
+    def on_connection_opened(self, event: Event) -> None:
         conn = event.connection
         props = {str(k): v for k, v in (conn.remote_properties or {}).items()}
         print(f"container-id: {conn.remote_container}")
@@ -165,11 +192,11 @@ class Send(Client):
         options = AtMostOnce() if self.presettled else None
         container.create_sender(connection, self.address, options=options)
 
-    def on_link_opened(self, event: Any) -> None:
+    def on_link_opened(self, event: Event) -> None:
         if event.sender.credit == 0:
             print("waiting for credit...")  # the router grants credit once a consumer is attached
 
-    def on_sendable(self, event: Any) -> None:
+    def on_sendable(self, event: Event) -> None:
         sender: Sender = event.sender
         while sender.credit > 0 and self.sent < self.count:
             self.sent += 1
@@ -184,13 +211,13 @@ class Send(Client):
             self.finish(0)
 
     # MessagingHandler calls one of these when the router passes a consumer's outcome back.
-    def on_accepted(self, event: Any) -> None:
+    def on_accepted(self, event: Event) -> None:
         self.outcome(event.delivery)
 
-    def on_rejected(self, event: Any) -> None:
+    def on_rejected(self, event: Event) -> None:
         self.outcome(event.delivery)
 
-    def on_released(self, event: Any) -> None:  # RELEASED or MODIFIED
+    def on_released(self, event: Event) -> None:  # RELEASED or MODIFIED
         self.outcome(event.delivery)
 
     def outcome(self, delivery: Delivery) -> None:
@@ -215,7 +242,7 @@ class Recv(Client):
     def start(self, container: Container, connection: Connection) -> None:
         container.create_receiver(connection, self.address)
 
-    def on_link_opened(self, event: Any) -> None:
+    def on_link_opened(self, event: Event) -> None:
         if event.receiver is not None:  # (rpc-server also opens a sender)
             self.top_up(event.receiver)
 
@@ -225,7 +252,7 @@ class Recv(Client):
         if receiver.credit < wanted:
             receiver.flow(wanted - receiver.credit)
 
-    def on_message(self, event: Any) -> None:
+    def on_message(self, event: Event) -> None:
         print(show(event.message.body))
         settle_with(event.delivery, self.outcome)
         self.received += 1
@@ -248,7 +275,7 @@ class RpcServer(Recv):
         super().start(container, connection)
         self.relay = container.create_sender(connection, None)  # no target: anonymous relay
 
-    def on_message(self, event: Any) -> None:
+    def on_message(self, event: Event) -> None:
         request: Message = event.message
         if not request.reply_to:
             print(f"request without reply_to rejected: {show(request.body)}")
@@ -264,20 +291,20 @@ class RpcServer(Recv):
         if not self.count or self.received < self.count:
             self.top_up(event.receiver)
 
-    def on_sendable(self, event: Any) -> None:
+    def on_sendable(self, event: Event) -> None:
         self.send_replies()
 
     def send_replies(self) -> None:
         while self.replies and self.relay is not None and self.relay.credit > 0:
             self.relay.send(self.replies.pop(0))
 
-    def on_accepted(self, event: Any) -> None:
+    def on_accepted(self, event: Event) -> None:
         self.reply_done(event.delivery)
 
-    def on_rejected(self, event: Any) -> None:
+    def on_rejected(self, event: Event) -> None:
         self.reply_done(event.delivery)
 
-    def on_released(self, event: Any) -> None:  # RELEASED or MODIFIED
+    def on_released(self, event: Event) -> None:  # RELEASED or MODIFIED
         self.reply_done(event.delivery)
 
     def reply_done(self, delivery: Delivery) -> None:
@@ -304,7 +331,7 @@ class RpcCall(Client):
         # A dynamic source: the router makes up a unique address for our replies.
         container.create_receiver(connection, None, dynamic=True)
 
-    def on_link_opened(self, event: Any) -> None:
+    def on_link_opened(self, event: Event) -> None:
         if event.receiver is not None:
             self.reply_to = event.receiver.remote_source.address
             print(f"reply-to: {self.reply_to}")
@@ -312,7 +339,7 @@ class RpcCall(Client):
         elif event.sender.credit == 0:
             print("waiting for credit...")  # no rpc-server attached to ADDRESS yet
 
-    def on_sendable(self, event: Any) -> None:
+    def on_sendable(self, event: Event) -> None:
         self.send_next()
 
     def send_next(self) -> None:
@@ -324,13 +351,13 @@ class RpcCall(Client):
         self.sent_at = time.monotonic()
         self.sender.send(Message(id=f"req-{self.sent}", reply_to=self.reply_to, body=self.text))
 
-    def on_rejected(self, event: Any) -> None:
+    def on_rejected(self, event: Event) -> None:
         self.finish(1, f"request #{self.sent} {describe_outcome(event.delivery)}")
 
-    def on_released(self, event: Any) -> None:
+    def on_released(self, event: Event) -> None:
         self.finish(1, f"request #{self.sent} {describe_outcome(event.delivery)}")
 
-    def on_message(self, event: Any) -> None:
+    def on_message(self, event: Event) -> None:
         reply: Message = event.message
         expected = f"req-{self.sent}"
         if reply.correlation_id != expected:
@@ -368,7 +395,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     timeout_help = "give up (exit 1) after S seconds; 0 = wait forever (default)"
 
-    p = sub.add_parser("info", help="print the router's container id, product, version and capabilities")
+    sub.add_parser("info", help="print the router's container id, product, version and capabilities")
 
     p = sub.add_parser("send", help="send messages and print their outcomes")
     p.add_argument("address")
@@ -419,10 +446,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sys.stdout.reconfigure(line_buffering=True)  # show each line at once, even through a pipe
     client = make_client(args)
+
+    def on_ctrl_c(signum: int, frame: object) -> None:
+        if client.interrupted:  # second Ctrl-C: stop without waiting for the router
+            raise KeyboardInterrupt
+        client.interrupted = True
+
+    signal.signal(signal.SIGINT, on_ctrl_c)
     try:
         Container(client).run()
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("amqp_tool: interrupted", file=sys.stderr)
         return 130
     return client.exit_code
 
