@@ -120,9 +120,7 @@ class Connection:
         """Read what the socket has into the transport. Returns echo requests seen, if any."""
         t = self.pn_transport
         cap = pn_transport_capacity(t)
-        if cap <= 0:
-            if cap < 0:                   # input side closed: nothing more will be read
-                return None
+        if cap <= 0:                      # no room yet, or the input side is closed
             return None
         try:
             n = self.sock.recv_into(_rbuf, min(cap, IO_CHUNK))
@@ -159,9 +157,14 @@ class Connection:
             if s < k:
                 return False
             p = pn_transport_pending(t)
-        if p < 0:
+        if p < 0 or (p == 0 and self.input_ended()):
+            # Proton has nothing more to say: after an input error it closes only the input side
             pn_transport_close_head(t)
         return True
+
+    def input_ended(self) -> bool:
+        """No more input will be read (peer closed, or Proton stopped reading after an error)."""
+        return pn_transport_capacity(self.pn_transport) < 0
 
     def finished(self) -> bool:
         """Both directions of the transport are closed: the connection can be torn down."""

@@ -28,6 +28,7 @@ from cproton_ffi.lib import (
     PN_LINK_REMOTE_DETACH,
     PN_LINK_REMOTE_OPEN,
     PN_LOCAL_ACTIVE,
+    PN_LOCAL_CLOSED,
     PN_LOCAL_UNINIT,
     PN_SESSION_REMOTE_CLOSE,
     PN_SESSION_REMOTE_OPEN,
@@ -225,6 +226,17 @@ class Engine:
             self.conns.pop(conn.pn_conn, None)
             self.dirty.discard(conn)
         return dead
+
+    def end_of_input(self, conn: Connection) -> None:
+        """The peer stopped sending (or sent something Proton could not decode): close our side."""
+        c = conn.pn_conn
+        if not pn_connection_state(c) & PN_LOCAL_CLOSED:
+            if not pn_condition_is_set(pn_transport_condition(conn.pn_transport)):
+                cond = pn_connection_condition(c)
+                pn_condition_set_name(cond, b"amqp:connection:framing-error")
+                pn_condition_set_description(cond, b"invalid frame")
+            pn_connection_close(c)
+        self.dirty.add(conn)
 
     def answer_echo(self, conn: Connection) -> None:
         """A FLOW with echo=true arrived: make Proton send a FLOW back on every session.
@@ -766,9 +778,12 @@ class Engine:
                 s.prefix = None
                 for c, _od in s.outs:
                     pn_link_send(c.handle, data, len(data))
+                    self.dirty.add(c.conn)
                 continue
             for c, _od in s.outs:
                 pn_link_send(c.handle, buf, got)
+                self.dirty.add(c.conn)
+            self.dirty.add(s.producer.conn)     # reading reopens its session window
         self.paused.discard(s)
         if pn_delivery_aborted(d):
             self._end_stream(s, aborted=True)

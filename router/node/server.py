@@ -99,6 +99,8 @@ class NodeServer:
         echo = conn.read()
         if echo:
             self.engine.answer_echo(conn)
+        if conn.input_ended():
+            self.engine.end_of_input(conn)
         self.engine.dirty.add(conn)
         # Pump at once rather than on the next loop iteration: it saves a select() round per
         # request (RPC p50 95 µs instead of ~165 µs here) and reads stay large under load.
