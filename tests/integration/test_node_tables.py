@@ -1,0 +1,60 @@
+"""White-box: after links and connections go away, the node's internal tables hold nothing for them.
+
+The node logs its table sizes as one JSON line (`state {...}`) on SIGUSR1; these tests read it.
+"""
+
+import json
+import os
+import signal
+
+from tests.integration.helpers import Client, make_message, wait_for
+
+
+def node_state(node) -> dict:
+    """Ask the node for its state line and return the newest one."""
+    before = node.stderr_tail(2000).count(" state {")
+    os.kill(node.pid, signal.SIGUSR1)
+    wait_for(lambda: node.stderr_tail(2000).count(" state {") > before, what="state line in the node log")
+    line = [ln for ln in node.stderr_tail(2000).splitlines() if " state {" in ln][-1]
+    return json.loads(line.split(" state ", 1)[1])
+
+
+def test_state_dump_reports_links_and_in_flight(node):
+    prod = Client(node.url)
+    cons = Client(node.url)
+    r = cons.receiver("balanced/tables", credit=5, auto_accept=False)
+    s = prod.sender("balanced/tables")
+    s.wait_credit()
+    s.send(make_message("held"))
+    r.wait_messages(1)
+    st = node_state(node)
+    assert st["in_flight"] == 1
+    assert st["addresses"]["balanced/tables"]["consumers"] == 1
+    assert st["addresses"]["balanced/tables"]["producers"] == 1
+    assert st["links"] == 2
+
+
+def test_consumer_loss_leaves_no_entry_behind(node):
+    prod = Client(node.url)
+    cons = Client(node.url)
+    r = cons.receiver("balanced/loss-tables", credit=3, auto_accept=False)
+    s = prod.sender("balanced/loss-tables")
+    s.wait_credit()
+    trackers = [s.send(make_message(f"m{i}")) for i in range(6)]
+    r.wait_messages(3)                       # 3 on the wire and unsettled, 3 waiting for credit
+    assert node_state(node)["in_flight"] == 6
+    cons.abort()                             # the consumer's connection vanishes
+    for t in trackers:
+        t.wait()
+    outcomes = sorted(t.outcome for t in trackers)
+    assert outcomes == ["MODIFIED"] * 3 + ["RELEASED"] * 3, outcomes
+    assert not s.unsettled
+    st = node_state(node)
+    assert st["in_flight"] == 0
+    assert st["addresses"]["balanced/loss-tables"]["consumers"] == 0
+    assert st["links"] == 1 and st["connections"] == 1
+    s.close()
+    prod.close()
+    st = wait_for(lambda: (lambda x: x if x["connections"] == 0 else None)(node_state(node)),
+                  what="all connections gone")
+    assert st["addresses"] == {} and st["links"] == 0 and st["in_flight"] == 0 and st["streams"] == 0
