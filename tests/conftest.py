@@ -109,14 +109,6 @@ def _start_node(tmp_path: Path, index: int, node_id: str, rules, default_distrib
     _write_config(cfg_path, node_id, rules, default_distribution, link_capacity, idle_timeout, log_level,
                   0, extra)
     cmd = [sys.executable, "-m", "router", "run", str(cfg_path)]
-    proto = os.environ.get("MESHROUTER_TEST_PROTOTYPE")  # DEV ONLY
-    if proto:
-        import socket
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        pport = s.getsockname()[1]
-        s.close()
-        cmd = [sys.executable, proto, str(pport)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     err = open(err_path, "wb")
     try:
@@ -141,10 +133,6 @@ def _start_node(tmp_path: Path, index: int, node_id: str, rules, default_distrib
         if line is None:
             break
         lines.append(line)
-        if proto and line.startswith("READY"):  # DEV ONLY
-            url, host, port, ready = f"amqp://127.0.0.1:{pport}", "127.0.0.1", pport, True
-            node_id = "fwd_cffi"
-            break
         m = LISTENING_RE.match(line)
         if m and url is None:
             url, host, port = m["url"], m["host"], int(m["port"])
@@ -156,7 +144,8 @@ def _start_node(tmp_path: Path, index: int, node_id: str, rules, default_distrib
                 pytest.fail(f"node ready line {line!r} does not match node id {node_id!r} / pid {proc.pid}")
     node = NodeProcess(node_id, proc, url or "", host or "", port, cfg_path, err_path, lines)
     if not ready or url is None:
-        why = "exited with code %s" % proc.poll() if proc.poll() is not None else \
+        rc = proc.poll()
+        why = f"exited with code {rc}" if rc is not None else \
             f"no ready/listening line within {START_TIMEOUT:.0f}s"
         _kill(proc)
         pytest.fail(f"node {node_id} did not start ({why}); stdout: {lines!r}\n"
@@ -180,6 +169,7 @@ def _stop(node: NodeProcess) -> list[str]:
     if rc is not None:
         problems.append(f"node {node.node_id} (pid {node.pid}) died during the test with exit code {rc}")
         return problems
+    node.stopped = True
     node.proc.send_signal(signal.SIGTERM)
     try:
         rc = node.proc.wait(STOP_TIMEOUT)
@@ -187,7 +177,7 @@ def _stop(node: NodeProcess) -> list[str]:
         _kill(node.proc)
         problems.append(f"node {node.node_id} did not stop within {STOP_TIMEOUT:.0f}s of SIGTERM")
         return problems
-    if rc != 0 and not (os.environ.get("MESHROUTER_TEST_PROTOTYPE") and rc == -15):  # DEV ONLY
+    if rc != 0:
         problems.append(f"node {node.node_id} exited with code {rc} after SIGTERM (expected 0)")
     return problems
 

@@ -306,12 +306,11 @@ class _LinkBase:
             wait_for(lambda: self.remote_closed, DEFAULT_TIMEOUT, f"detach of link {self.name}")
 
     def detach(self, wait: bool = True) -> None:
+        """Detach without closing (AMQP detach closed=false)."""
         self.link.detach()
         self.client._write()
         if wait:
-            wait_for(lambda: self.link.state & Endpoint.REMOTE_CLOSED or self.client.transport_closed
-                     or not self.link.state & Endpoint.REMOTE_ACTIVE, DEFAULT_TIMEOUT,
-                     f"detach of link {self.name}")
+            wait_for(lambda: self.remote_closed, DEFAULT_TIMEOUT, f"detach of link {self.name}")
 
 
 class SenderLink(_LinkBase):
@@ -611,8 +610,14 @@ class Client:
         return self.recv_budget is None or self.recv_budget > 0
 
     def _read(self) -> None:
+        for _ in range(16):              # drain what the socket has, up to a few MB per round
+            if not self._read_once():
+                return
+
+    def _read_once(self) -> bool:
+        """One recv into the transport; True if more may be waiting."""
         if not self._may_read():
-            return
+            return False
         try:
             cap = self.transport.capacity()
         except TransportException as e:
@@ -620,16 +625,16 @@ class Client:
             cap = -1
         if cap < 0:
             self.eof = True
-            return
+            return False
         if cap == 0:
-            return
+            return False
         n = min(cap, READ_CHUNK)
         if self.recv_budget is not None:
             n = min(n, self.recv_budget)
         try:
             data = self.sock.recv(n)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError as e:
             self.error = str(e)
             data = b""
@@ -639,7 +644,7 @@ class Client:
                 self.transport.close_tail()
             except TransportException:
                 pass
-            return
+            return False
         self.bytes_in += len(data)
         if self.recv_budget is not None:
             self.recv_budget -= len(data)
@@ -647,6 +652,8 @@ class Client:
             self.transport.push(data)
         except TransportException as e:
             self.error = str(e)
+            return False
+        return len(data) == n
 
     def _write(self) -> None:
         if self.closed:
@@ -753,7 +760,7 @@ def encode_frame(body: bytes, channel: int = 0) -> bytes:
     return struct.pack(">IBBH", 8 + len(body), 2, 0, channel) + body
 
 
-def described(code: int, fields: list) -> Described:
+def described(code: int, fields: Any) -> Described:
     return Described(ulong(code), fields)
 
 
@@ -938,10 +945,20 @@ class RawConn:
                                   f"got {self.frames[-5:]}")
             f = self.read_frame(left)
             if f is None:
-                raise ConnectionClosed(f"connection closed while waiting for {PERFORMATIVES.get(code, code)}; "
-                                       f"last frames {self.frames[-5:]}")
+                raise ConnectionClosed(f"connection closed while waiting for "
+                                       f"{PERFORMATIVES.get(code, code)}; last frames {self.frames[-5:]}")
             if f.code == code and (pred is None or pred(f)):
                 return f
+
+    def wait_header(self, timeout: float = DEFAULT_TIMEOUT) -> bytes:
+        """Wait for the node's protocol header."""
+        deadline = time.monotonic() + min(timeout, DEFAULT_TIMEOUT)
+        while len(self.buf) < 8 and self.header is None:
+            if not self._fill(deadline):
+                raise WaitTimeout(f"no protocol header from the node (eof={self.eof}, got {self.buf!r})")
+        if self.header is None:
+            self.header, self.buf = self.buf[:8], self.buf[8:]
+        return self.header
 
     def wait_eof(self, timeout: float = DEFAULT_TIMEOUT) -> float:
         """Read (and keep) frames until the node closes the socket; return the seconds waited."""
@@ -1001,6 +1018,22 @@ def rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def assert_not_spinning(pid: int, duration: float = 1.0, max_share: float = 0.5) -> None:
+    """The process (an idle node) uses less than ``max_share`` of a CPU over ``duration`` s while
+    the clients keep being pumped."""
+    before = cpu_seconds(pid)
+    pump_for(duration)
+    used = cpu_seconds(pid) - before
+    assert used < max_share * duration, f"node busy: {used:.2f} s CPU in {duration:.1f} s while idle"
 
 
 def random_bytes(n: int) -> bytes:

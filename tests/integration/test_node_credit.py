@@ -162,8 +162,11 @@ def test_presettled_send_while_nothing_routes_is_dropped_not_queued(node_factory
     prod.paused = True
     r.close()
     s.send("dropped", settled=True)
-    wait_for(lambda: s.link.queued == 0, what="delivery written to the node")
+    probe = s.send("probe")                  # unsettled, same link: once its outcome is back, the
+    wait_for(lambda: s.link.queued == 0, what="deliveries written to the node")
     prod.paused = False
+    probe.wait()                             # node has handled "dropped" too
+    assert probe.state == RELEASED, probe
     r2 = cons.receiver("balanced/race-presettled", credit=100)
     s.wait_credit(1)
     s.send("kept", settled=True)
@@ -179,6 +182,21 @@ def test_consumer_drain_with_nothing_to_send_is_answered(node):
     assert r.credit == 5
     wait_for(lambda: r.credit == 0 and not r.link.draining(), what="drain answered (credit 0)")
     assert r.link.drained() == 5, "drained credit not reported by the node's flow"
+
+
+def test_consumer_drain_answered_on_the_wire(node):
+    """Raw frames: the node's answer to a drain advances delivery-count by the unused credit and
+    leaves link-credit 0."""
+    raw = RawConn(node.url)
+    raw.open()
+    raw.begin()
+    reply = raw.attach("drainer", 0, role_receiver=True, source="balanced/drain-raw")
+    node_handle, dc0 = reply.field(1), reply.field(9) or 0
+    _drain_frames(raw)
+    raw.flow(handle=0, delivery_count=dc0, link_credit=5, drain=True)
+    f = raw.expect(FLOW, pred=lambda f: f.field(4) == node_handle, timeout=5)
+    assert (f.field(5), f.field(6)) == ((dc0 + 5) % 2 ** 32, 0), \
+        f"drain answer delivery-count/link-credit {f.field(5)}/{f.field(6)}, expected {dc0 + 5}/0"
 
 
 def test_consumer_drain_answered_while_producer_idle(node):
