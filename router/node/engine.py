@@ -444,8 +444,7 @@ class Engine:
             if stream is not None:                  # partly sent: the consumer got a broken message
                 stream.outs = [(cc, d) for cc, d in stream.outs if d != od]
                 if conn_alive:
-                    pn_delivery_abort(od)
-                    pn_delivery_settle(od)
+                    pn_delivery_abort(od)           # aborting settles it too
                 if e[3] is not None:
                     self._copy_done(e[3], None, MODIFIED, NodeOutcome(MODIFIED))
                 else:
@@ -636,12 +635,16 @@ class Engine:
         din, p, _c, g, _seq = e
         stream = self.stream_outs.pop(od, None) if self.stream_outs else None
         if stream is not None:                   # decided before the whole message was sent to it
-            self._stop_stream_copy(stream, c, od)
             if g is None:
                 stream.final = OutcomeSnapshot(od, outcome)
+            else:
+                self._copy_done(g, od, outcome, None)
+            self._stop_stream_copy(stream, c, od)   # aborts (and so settles) od: do it last
+            self.dirty.add(c.conn)
+            return
         if g is not None:
             self._copy_done(g, od, outcome, None)
-        elif p.alive and stream is None:
+        elif p.alive:
             copy_outcome(od, din, outcome)
             pn_delivery_settle(din)
             self.core.count_outcome(outcome)
@@ -832,10 +835,8 @@ class Engine:
             self.stream_outs.pop(od, None)
             c.busy = False
             if aborted:
-                pn_delivery_abort(od)
+                pn_delivery_abort(od)               # settles it as well
                 core.settle(od)
-                if s.presettled:
-                    pn_delivery_settle(od)
             else:
                 pn_link_advance(c.handle)
                 if s.presettled:
@@ -864,7 +865,10 @@ class Engine:
         self.dirty.add(p.conn)
 
     def _stop_stream_copy(self, s: Stream, c: Consumer, od: object) -> None:
-        """The consumer decided on a streamed delivery before it was complete: stop sending it there."""
+        """The consumer decided on a streamed delivery before it was complete: stop sending it there.
+
+        Aborting settles `od` (Proton may reuse it), so nothing may touch `od` afterwards.
+        """
         s.outs = [(cc, d) for cc, d in s.outs if d != od]
         c.busy = False
         pn_delivery_abort(od)
