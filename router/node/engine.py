@@ -72,6 +72,7 @@ from cproton_ffi.lib import (
     pn_link_drain,
     pn_link_drained,
     pn_link_flow,
+    pn_link_free,
     pn_link_get_drain,
     pn_link_is_sender,
     pn_link_open,
@@ -421,6 +422,7 @@ class Engine:
             self._drop_link(link, conn_alive=True)
         if pn_link_state(link) & PN_LOCAL_ACTIVE:
             pn_link_close(link)
+        pn_link_free(link)          # Proton sends the detach, then forgets it (no growth per link)
         conn = self._conn_of(ev)
         if conn is not None:
             self.dirty.add(conn)
