@@ -56,7 +56,7 @@ class Consumer:
     """A link on which the node sends to a client receiver (our sender link)."""
 
     __slots__ = ("handle", "conn", "address", "credit", "unsettled", "delivered", "alive", "name", "busy",
-                 "held")
+                 "held", "presettle")
 
     def __init__(self, handle: object, conn: object, address: Address, name: str) -> None:
         self.handle = handle
@@ -69,6 +69,7 @@ class Consumer:
         self.alive = True
         self.busy = False          # a multi-frame delivery is being streamed on it
         self.held: list | None = None  # deliveries waiting for the stream in progress (adapter-owned)
+        self.presettle = False     # it asked for snd-settle-mode=settled: everything goes pre-settled
 
 
 class Producer:

@@ -32,6 +32,7 @@ from cproton_ffi.lib import (
     PN_LOCAL_UNINIT,
     PN_SESSION_REMOTE_CLOSE,
     PN_SESSION_REMOTE_OPEN,
+    PN_SND_SETTLED,
     PN_TRANSPORT,
     PN_TRANSPORT_CLOSED,
     PN_TRANSPORT_ERROR,
@@ -78,10 +79,12 @@ from cproton_ffi.lib import (
     pn_link_open,
     pn_link_queued,
     pn_link_recv,
+    pn_link_remote_snd_settle_mode,
     pn_link_remote_source,
     pn_link_remote_target,
     pn_link_send,
     pn_link_session,
+    pn_link_set_snd_settle_mode,
     pn_link_source,
     pn_link_state,
     pn_link_target,
@@ -391,6 +394,11 @@ class Engine:
                 self._refuse(link, b"amqp:invalid-field", b"a receiving link needs a source address")
                 return
         c = self.core.add_consumer(link, conn, name)
+        if pn_link_remote_snd_settle_mode(link) == PN_SND_SETTLED:
+            # at-most-once: the consumer wants every delivery pre-settled; an unsettled one from a
+            # producer is settled ACCEPTED upstream once it has been handed over settled
+            pn_link_set_snd_settle_mode(link, PN_SND_SETTLED)
+            c.presettle = True
         self.links[link] = c
         conn.links.add(link)
         pn_link_open(link)
@@ -564,8 +572,19 @@ class Engine:
             pn_delivery_settle(od)
             pn_delivery_settle(d)
             self.core.sent_presettled(rec, (c,))
+        elif c.presettle:
+            pn_delivery_settle(od)
+            self._accept_handed_over(d, rec)
+            self.core.sent_presettled(rec, (c,))
         else:
             self.core.sent(rec, c, d, od)
+
+    def _accept_handed_over(self, d: object, p: Producer) -> None:
+        """Settle an unsettled delivery ACCEPTED: it went to an at-most-once (pre-settled) consumer."""
+        pn_delivery_update(d, ACCEPTED)
+        pn_delivery_settle(d)
+        self.core.count_outcome(ACCEPTED)
+        self.dirty.add(p.conn)
 
     def _anonymous_target(self, d: object, buf: object, n: int, presettled: bool, p: Producer):
         """Route an anonymous-relay transfer by its `to`; settle it here if that is impossible."""
@@ -605,6 +624,7 @@ class Engine:
             return
         core = self.core
         g = None if presettled else core.new_group(d, p)
+        handed_over = 0                     # unsettled copies sent settled to at-most-once consumers
         for c in consumers:
             if c.busy:
                 self._hold(c, ffi.buffer(buf, n)[:], d, p, presettled, g)
@@ -615,13 +635,19 @@ class Engine:
             pn_link_send(out, buf, n)
             pn_link_advance(out)
             self.dirty.add(c.conn)
-            if presettled:
+            if presettled or c.presettle:
                 pn_delivery_settle(od)
+                if not presettled:
+                    handed_over += 1
+                    g.pending += 1
+                    core.sent_presettled(p, (c,))
             else:
                 core.sent_copy(g, c, od)
         if presettled:
             pn_delivery_settle(d)
             core.sent_presettled(p, [c for c in consumers if not c.busy])
+        for _ in range(handed_over):
+            self._copy_done(g, None, ACCEPTED, NodeOutcome(ACCEPTED))
 
     def _on_outcome(self, od: object, c: Consumer) -> None:
         """The consumer updated or settled one of our outbound deliveries."""
@@ -696,6 +722,13 @@ class Engine:
             if presettled:
                 pn_delivery_settle(od)
                 self.core.sent_presettled(p, (c,))
+            elif c.presettle:
+                pn_delivery_settle(od)
+                self.core.sent_presettled(p, (c,))
+                if g is not None:
+                    self._copy_done(g, None, ACCEPTED, NodeOutcome(ACCEPTED))
+                elif p.alive:
+                    self._accept_handed_over(d, p)
             elif g is not None:
                 g.pending -= 1                      # sent_copy counts it again
                 self.core.sent_copy(g, c, od)
@@ -843,6 +876,8 @@ class Engine:
                 pn_link_advance(c.handle)
                 if s.presettled:
                     pn_delivery_settle(od)
+                elif c.presettle:
+                    self._hand_over_stream_copy(s, od)
             self.dirty.add(c.conn)
         if aborted:
             if s.group is not None:
@@ -865,6 +900,17 @@ class Engine:
         for c, _od in s.outs:
             self._flush_held(c)
         self.dirty.add(p.conn)
+
+    def _hand_over_stream_copy(self, s: Stream, od: object) -> None:
+        """A streamed unsettled delivery went settled to an at-most-once consumer: it counts ACCEPTED."""
+        e = self.core.settle(od)
+        pn_delivery_settle(od)
+        if e is None:
+            return
+        if e[3] is not None:
+            self._copy_done(e[3], None, ACCEPTED, NodeOutcome(ACCEPTED))
+        else:
+            s.final = NodeOutcome(ACCEPTED)
 
     def _stop_stream_copy(self, s: Stream, c: Consumer, od: object) -> None:
         """The consumer decided on a streamed delivery before it was complete: stop sending it there.
