@@ -693,6 +693,28 @@ def _flow_echo(frame: bytes) -> tuple[int, int | None] | None:
     return _U16.unpack_from(frame, 6)[0], handle
 
 
+_ECHO_FIELD_COUNT = 10  # echo is FLOW field 9: a list with fewer fields cannot carry echo=true
+
+
+def _too_short_for_echo(buf: Buffer, d: int) -> bool:
+    """Cheap pre-check: the FLOW at ``buf[d:]`` (small descriptor form) has fewer than 10 fields.
+
+    Clients omit trailing fields (Proton never encodes ``echo``), so this rejects almost every FLOW
+    without decoding it. Returns False when unsure (other descriptor forms, bytes not there yet).
+    """
+    c = d + 3
+    if len(buf) < c + 6 or buf[d : d + 3] != _FLOW_SMALL:
+        return False
+    code = buf[c]
+    if code == 0x45:                       # list0
+        return True
+    if code == 0xC0:                       # list8: size, count
+        return buf[c + 2] < _ECHO_FIELD_COUNT
+    if code == 0xD0 and len(buf) >= c + 9:  # list32: size, count
+        return _U32_FROM(buf, c + 5)[0] < _ECHO_FIELD_COUNT
+    return False
+
+
 class FlowEchoDetector:
     """Find FLOW performatives with ``echo=true`` in a raw incoming AMQP byte stream.
 
@@ -771,6 +793,8 @@ class FlowEchoDetector:
             return
         size = _U32_FROM(buf, h)[0]
         if size < _MIN_FLOW_FRAME or size > self._max_frame:
+            return
+        if _too_short_for_echo(buf, h + _FRAME_HEADER):
             return
         frame = bytes(buf[h : h + size])
         if len(frame) < size:

@@ -10,7 +10,9 @@ is *ready* (at least one consumer with credit); then it is topped up to `capacit
 in-flight counts its unsettled deliveries not yet settled end to end. So a producer never has more than
 `capacity` deliveries in the node, and the node never settles on a consumer's behalf. When an address
 loses its last consumer, its producers are drained. Anonymous producers get full capacity whatever
-the destinations and are replenished the same way.
+the destinations and are replenished the same way. Credit is topped up once a producer's outstanding
+credit has fallen to half the window, so a steady stream costs one FLOW per half window, not one per
+message.
 
 The hot path (route / sent / settle) is written for speed: slotted records, tuples in the in-flight
 table, no allocations beyond one tuple per forwarded delivery.
@@ -360,6 +362,7 @@ class RouterCore:
         grants: list[tuple[Producer, int]] = []
         if self._grant:
             cap = self.capacity
+            low = cap // 2
             for p in self._grant:
                 if not p.alive:
                     continue
@@ -367,9 +370,17 @@ class RouterCore:
                 if a is not None and not a.ready:
                     continue
                 give = cap - p.in_flight - p.credit
-                if give > 0:
-                    p.credit += give
+                if p.draining:
+                    # a consumer is back: any FLOW (even of 0 credit) ends the drain we asked for
                     p.draining = False
+                    give = max(give, 0)
+                    p.credit += give
+                    grants.append((p, give))
+                    continue
+                # top up only once the producer has used half its window: one FLOW per many
+                # messages instead of one per settlement (still never more than cap in flight)
+                if give > 0 and p.credit <= low:
+                    p.credit += give
                     grants.append((p, give))
             self._grant.clear()
         drains: list[Producer] = []

@@ -237,9 +237,26 @@ def test_unsettled_unroutable_counts_released():
     core = make_core()
     p = core.add_producer("p", "conn", None)
     grants(core)
-    p.credit -= 2                               # two arrivals, neither routable
+    p.credit -= 5                               # five arrivals, none routable
     core.unroutable(p, presettled=False)
     core.unroutable(p, presettled=True)
     counters = core.snapshot()["counters"]
     assert counters["released"] == 1 and counters["dropped_presettled"] == 1
-    assert grants(core)[0] == {"p": 2}          # the credit comes straight back
+    assert grants(core)[0] == {"p": 5}          # the credit comes straight back
+
+
+def test_credit_is_topped_up_at_half_window():
+    core = make_core(capacity=10)
+    p = core.add_producer("p", "conn", "q")
+    c = core.add_consumer("c", "conn", "q")
+    core.consumer_credit(c, 1000)
+    assert grants(core)[0] == {"p": 10}
+    seen = []
+    for i in range(6):
+        p.credit -= 1
+        core.sent(p, c, f"in{i}", f"out{i}")
+        core.settle(f"out{i}")
+        seen.append(grants(core)[0])
+    # nothing while more than half the window is left, then one refill of 5
+    assert seen == [{}, {}, {}, {}, {"p": 5}, {}]
+    assert p.credit == 9
