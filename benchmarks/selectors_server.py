@@ -27,7 +27,7 @@ from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, NodeConfig, load_config
 from router.forwarding.core import RouterCore
 from router.logs import setup_logging
-from router.node.connection import Connection
+from router.node.connection import BLOCKED, DONE, Connection
 from router.node.engine import Engine
 
 log = logging.getLogger("selectors_server")
@@ -152,10 +152,9 @@ class SelectorsNode:
             engine.process()
             engine.apply_credit()
             self._flush()
-            engine.process()
-            engine.resume_streams()
-            engine.apply_credit()
-            if engine.dirty:
+            if engine.paused:
+                engine.resume_streams()
+                engine.apply_credit()
                 self._flush()
         except Exception:
             log.exception("internal error while processing events")
@@ -167,11 +166,12 @@ class SelectorsNode:
         for conn in dirty:
             if not conn.alive:
                 continue
-            done = conn.flush()
-            if done != (not conn.want_write):
-                conn.want_write = not done
-                self.sel.modify(conn.sock, READ if done else READ | WRITE, conn)
-            if conn.finished():
+            state = conn.flush()
+            blocked = state == BLOCKED
+            if blocked != conn.want_write:
+                conn.want_write = blocked
+                self.sel.modify(conn.sock, READ | WRITE if blocked else READ, conn)
+            if state == DONE and conn.finished():
                 engine.kill(conn)
 
     def _close_socket(self, conn: Connection) -> None:

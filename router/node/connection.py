@@ -48,6 +48,8 @@ from router import PRODUCT, __version__
 
 log = logging.getLogger(__name__)
 
+FLUSHED, BLOCKED, DONE = 0, 1, 2     # results of Connection.flush
+
 IO_CHUNK = 256 * 1024
 MAX_FRAME = 16384          # as qdrouterd's default; larger messages stream frame by frame
 
@@ -78,7 +80,7 @@ class Connection:
     """Socket + Proton transport + Proton connection of one peer."""
 
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
-                 "want_write", "echo", "listener")
+                 "want_write", "echo", "input_closed")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None) -> None:
@@ -87,6 +89,7 @@ class Connection:
         self.role = role
         self.alive = True
         self.want_write = False
+        self.input_closed = False      # no more input will be read (peer closed, or decode error)
         self.links: set = set()         # our pn_link_t pointers on this connection
         self.sessions: list = []        # pn_session_t pointers
         self.echo = echo_detector
@@ -121,6 +124,7 @@ class Connection:
         t = self.pn_transport
         cap = pn_transport_capacity(t)
         if cap <= 0:                      # no room yet, or the input side is closed
+            self.input_closed = cap < 0
             return None
         try:
             n = self.sock.recv_into(_rbuf, min(cap, IO_CHUNK))
@@ -130,15 +134,17 @@ class Connection:
             n = 0
         if n == 0:
             pn_transport_close_tail(t)
+            self.input_closed = True
             return None
-        pn_transport_push(t, _rbuf_c, n)
+        if pn_transport_push(t, _rbuf_c, n) < 0 or pn_transport_capacity(t) < 0:
+            self.input_closed = True      # Proton stopped reading (e.g. an undecodable frame)
         if self.echo is not None:
             found = self.echo.feed(bytes(_rbuf[:n]))
             return found or None
         return None
 
-    def flush(self) -> bool:
-        """Write what the transport has. True when everything went out (False: socket full)."""
+    def flush(self) -> int:
+        """Write what the transport has: FLUSHED, BLOCKED (socket full) or DONE (output closed)."""
         t, sock = self.pn_transport, self.sock
         p = pn_transport_pending(t)
         while p > 0:
@@ -151,20 +157,19 @@ class Connection:
                 s = 0
             except OSError:
                 pn_transport_close_head(t)
-                return True
+                return DONE
             if s > 0:
                 pn_transport_pop(t, s)
             if s < k:
-                return False
+                return BLOCKED
             p = pn_transport_pending(t)
-        if p < 0 or (p == 0 and self.input_ended()):
+        if p < 0:
+            return DONE
+        if p == 0 and self.input_closed:
             # Proton has nothing more to say: after an input error it closes only the input side
             pn_transport_close_head(t)
-        return True
-
-    def input_ended(self) -> bool:
-        """No more input will be read (peer closed, or Proton stopped reading after an error)."""
-        return pn_transport_capacity(self.pn_transport) < 0
+            return DONE
+        return FLUSHED
 
     def finished(self) -> bool:
         """Both directions of the transport are closed: the connection can be torn down."""

@@ -23,7 +23,7 @@ from router.addressing import AddressRules
 from router.amqp.codec import FlowEchoDetector
 from router.config import NodeConfig
 from router.forwarding.core import RouterCore
-from router.node.connection import Connection
+from router.node.connection import BLOCKED, DONE, Connection
 from router.node.engine import Engine
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class NodeServer:
         echo = conn.read()
         if echo:
             self.engine.answer_echo(conn)
-        if conn.input_ended():
+        if conn.input_closed:
             self.engine.end_of_input(conn)
         self.engine.dirty.add(conn)
         # Pump at once rather than on the next loop iteration: it saves a select() round per
@@ -124,10 +124,9 @@ class NodeServer:
             engine.process()
             engine.apply_credit()
             self._flush()
-            engine.process()                 # events raised while writing (e.g. transport closed)
-            engine.resume_streams()
-            engine.apply_credit()
-            if engine.dirty:
+            if engine.paused:                # writing made room for paused large messages
+                engine.resume_streams()
+                engine.apply_credit()
                 self._flush()
         except Exception:                    # a bug must not take the whole node down silently
             log.exception("internal error while processing events")
@@ -139,14 +138,15 @@ class NodeServer:
         for conn in dirty:
             if not conn.alive:
                 continue
-            done = conn.flush()
-            if done != (not conn.want_write):
-                conn.want_write = not done
-                if done:
-                    self.loop.remove_writer(conn.sock.fileno())
-                else:
+            state = conn.flush()
+            blocked = state == BLOCKED
+            if blocked != conn.want_write:
+                conn.want_write = blocked
+                if blocked:
                     self.loop.add_writer(conn.sock.fileno(), self._writable, conn)
-            if conn.finished():
+                else:
+                    self.loop.remove_writer(conn.sock.fileno())
+            if state == DONE and conn.finished():
                 engine.kill(conn)
 
     def _close_socket(self, conn: Connection) -> None:
