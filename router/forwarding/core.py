@@ -270,10 +270,17 @@ class RouterCore:
         return consumers[start % n]
 
     def fanout(self, a: Address, presettled: bool) -> list[Consumer]:
-        """Every consumer of a multicast address (pre-settled copies skip consumers without credit)."""
+        """Every consumer of a multicast address.
+
+        A pre-settled copy for a consumer without credit waits on its link only while fewer than
+        `capacity` deliveries wait there already; beyond that it is dropped (at-most-once), so a slow
+        consumer never holds back the producer or the other consumers.
+        """
         if not presettled:
             return list(a.consumers)
-        return [c for c in a.consumers if c.credit > 0 and not c.busy]
+        cap = self.capacity
+        return [c for c in a.consumers
+                if not c.busy and (c.credit > 0 or self.backlog(c.handle) < cap)]
 
     # ---- bookkeeping of forwarded deliveries -----------------------------------------------------------
     def sent(self, p: Producer, c: Consumer, in_dlv: object, out_dlv: object) -> None:

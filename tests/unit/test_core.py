@@ -183,13 +183,16 @@ def test_multicast_fanout_and_outcome_priority():
     assert not core.in_flight
 
 
-def test_presettled_multicast_skips_consumers_without_credit():
-    core = make_core()
+def test_presettled_multicast_drops_only_beyond_capacity_backlog():
+    backlog = {"a": 0, "b": 0}
+    core = make_core(capacity=10, backlog=backlog.get)
     a = core.add_consumer("a", "conn", "mc")
     b = core.add_consumer("b", "conn", "mc")
     core.consumer_credit(a, 1)
+    assert core.fanout(a.address, presettled=True) == [a, b]    # b waits for credit, briefly
+    backlog["b"] = 10                                           # b already has capacity waiting
     assert core.fanout(a.address, presettled=True) == [a]
-    assert core.fanout(b.address, presettled=False) == [a, b]
+    assert core.fanout(b.address, presettled=False) == [a, b]   # unsettled copies never dropped
 
 
 def test_consumer_loss_returns_its_in_flight_and_leaves_no_trace():
