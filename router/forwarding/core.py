@@ -10,9 +10,9 @@ is *ready* (at least one consumer with credit); then it is topped up to `capacit
 in-flight counts its unsettled deliveries not yet settled end to end. So a producer never has more than
 `capacity` deliveries in the node, and the node never settles on a consumer's behalf. When an address
 loses its last consumer, its producers are drained. Anonymous producers get full capacity whatever
-the destinations and are replenished the same way. Credit is topped up once a producer's outstanding
-credit has fallen to half the window, so a steady stream costs one FLOW per half window, not one per
-message.
+the destinations and are replenished the same way. Credit is topped up in batches (an eighth of the
+window, or whatever is due once the producer is down to half its window), so a steady stream costs one
+FLOW per batch, not one per message.
 
 The hot path (route / sent / settle) is written for speed: slotted records, tuples in the in-flight
 table, no allocations beyond one tuple per forwarded delivery.
@@ -370,6 +370,7 @@ class RouterCore:
         if self._grant:
             cap = self.capacity
             low = cap // 2
+            batch = max(1, cap // 8)
             for p in self._grant:
                 if not p.alive:
                     continue
@@ -384,9 +385,10 @@ class RouterCore:
                     p.credit += give
                     grants.append((p, give))
                     continue
-                # top up only once the producer has used half its window: one FLOW per many
-                # messages instead of one per settlement (still never more than cap in flight)
-                if give > 0 and p.credit <= low:
+                # top up in batches of an eighth of the window (or at once when the producer is
+                # down to half): one FLOW per many messages, not one per settlement, while the
+                # pipeline stays nearly full; never more than cap in flight
+                if give >= batch or (give > 0 and p.credit <= low):
                     p.credit += give
                     grants.append((p, give))
             self._grant.clear()

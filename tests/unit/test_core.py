@@ -248,18 +248,38 @@ def test_unsettled_unroutable_counts_released():
     assert grants(core)[0] == {"p": 5}          # the credit comes straight back
 
 
-def test_credit_is_topped_up_at_half_window():
-    core = make_core(capacity=10)
+def test_credit_is_topped_up_in_batches():
+    core = make_core(capacity=16)               # batch: 16 // 8 = 2
     p = core.add_producer("p", "conn", "q")
     c = core.add_consumer("c", "conn", "q")
     core.consumer_credit(c, 1000)
-    assert grants(core)[0] == {"p": 10}
+    assert grants(core)[0] == {"p": 16}
     seen = []
-    for i in range(6):
+    for i in range(4):
         p.credit -= 1
         core.sent(p, c, f"in{i}", f"out{i}")
         core.settle(f"out{i}")
         seen.append(grants(core)[0])
-    # nothing while more than half the window is left, then one refill of 5
-    assert seen == [{}, {}, {}, {}, {"p": 5}, {}]
-    assert p.credit == 9
+    assert seen == [{}, {"p": 2}, {}, {"p": 2}]
+
+
+def test_credit_is_topped_up_at_half_window():
+    core = make_core(capacity=16)               # batch 2, half window 8
+    p = core.add_producer("p", "conn", "q")
+    c = core.add_consumer("c", "conn", "q")
+    core.consumer_credit(c, 1000)
+    grants(core)
+    for i in range(3):                          # three in flight, unsettled
+        p.credit -= 1
+        core.sent(p, c, f"a{i}", f"oa{i}")
+    core.settle("oa0")
+    assert grants(core)[0] == {}                # 1 due, less than a batch, 13 credit left: wait
+    for i in range(6):                          # six more in flight: credit 7, below half
+        p.credit -= 1
+        core.sent(p, c, f"b{i}", f"ob{i}")
+    core.settle("oa1")
+    assert grants(core)[0] == {"p": 2}          # due 2 (a batch): credit 9
+    p.credit -= 1
+    core.sent(p, c, "c0", "oc0")                # credit 8: half the window
+    core.settle("oa2")
+    assert grants(core)[0] == {"p": 1}          # only 1 due, but the producer is down to half
