@@ -532,7 +532,8 @@ class Engine:
         if pn_delivery_partial(d):
             self._start_stream(d, link, rec)
             return
-        if pn_delivery_aborted(d):
+        presettled = pn_delivery_settled(d)
+        if presettled and pn_delivery_aborted(d):   # Proton marks aborted transfers settled
             pn_link_advance(link)
             pn_delivery_settle(d)
             rec.credit -= 1
@@ -546,7 +547,6 @@ class Engine:
         n = pn_link_recv(link, buf, n)
         pn_link_advance(link)
         rec.credit -= 1
-        presettled = pn_delivery_settled(d)
         a = rec.address
         if a is None:
             a = self._anonymous_target(d, buf, n, presettled, rec)
