@@ -562,7 +562,7 @@ class Engine:
         if c.busy:
             self._hold(c, ffi.buffer(buf, n)[:], d, rec, presettled)
             return
-        out = c.handle
+        out = c.handle                  # _send_whole, inlined: this is the hot path
         self._tagnum[0] += 1
         od = pn_delivery(out, self._tag)
         pn_link_send(out, buf, n)
@@ -578,6 +578,16 @@ class Engine:
             self.core.sent_presettled(rec, (c,))
         else:
             self.core.sent(rec, c, d, od)
+
+    def _send_whole(self, c: Consumer, data: object, n: int) -> object:
+        """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
+        out = c.handle
+        self._tagnum[0] += 1
+        od = pn_delivery(out, self._tag)
+        pn_link_send(out, data, n)
+        pn_link_advance(out)
+        self.dirty.add(c.conn)
+        return od
 
     def _accept_handed_over(self, d: object, p: Producer) -> None:
         """Settle an unsettled delivery ACCEPTED: it went to an at-most-once (pre-settled) consumer."""
@@ -629,12 +639,7 @@ class Engine:
             if c.busy:
                 self._hold(c, ffi.buffer(buf, n)[:], d, p, presettled, g)
                 continue
-            out = c.handle
-            self._tagnum[0] += 1
-            od = pn_delivery(out, self._tag)
-            pn_link_send(out, buf, n)
-            pn_link_advance(out)
-            self.dirty.add(c.conn)
+            od = self._send_whole(c, buf, n)
             if presettled or c.presettle:
                 pn_delivery_settle(od)
                 if not presettled:
@@ -714,11 +719,7 @@ class Engine:
         if not held:
             return
         for data, d, p, presettled, g in held:
-            out = c.handle
-            self._tagnum[0] += 1
-            od = pn_delivery(out, self._tag)
-            pn_link_send(out, data, len(data))
-            pn_link_advance(out)
+            od = self._send_whole(c, data, len(data))
             if presettled:
                 pn_delivery_settle(od)
                 self.core.sent_presettled(p, (c,))
