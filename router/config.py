@@ -21,7 +21,12 @@ from typing import Any
 import yaml
 
 DISTRIBUTIONS = ("closest", "balanced", "multicast")
-ROLES = ("normal",)
+ROLES = ("normal", "inter-router")
+CONNECTOR_ROLES = ("inter-router",)
+#: Control-plane timers (seconds) and their defaults; the names of router.linkstate.LinkStateConfig.
+ROUTER_TIMERS = {"hello_interval": 1.0, "hello_max_age": 3.0, "ra_interval": 30.0,
+                 "ra_interval_flux": 4.0, "ls_max_age": 60.0}
+MAX_COST = 2**24
 LOG_LEVELS = ("debug", "info", "warning", "error")
 #: Address namespaces the router uses itself: a first token of these, or anything starting with "$".
 RESERVED_FIRST_TOKENS = ("_topo", "_local")
@@ -42,7 +47,18 @@ class ListenerConfig:
 
     host: str
     port: int  # 0 = pick a free port
-    role: str = "normal"
+    role: str = "normal"   # "normal" (clients) or "inter-router" (peer nodes)
+    cost: int = 1          # inter-router: cost of links made through this listener
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """An outgoing connection this node keeps open (retrying with backoff) to a peer node."""
+
+    host: str
+    port: int
+    role: str = "inter-router"
+    cost: int = 1
 
 
 @dataclass(frozen=True)
@@ -69,11 +85,16 @@ class NodeConfig:
     idle_timeout: float = 16.0
     log_level: str = "info"
     log_levels: Mapping[str, str] = field(default_factory=_empty_mapping, hash=False)
+    connectors: tuple[ConnectorConfig, ...] = ()
+    router_timers: Mapping[str, float] = field(default_factory=_empty_mapping, hash=False)
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
         # Keep the instance immutable even when built by hand from lists and dicts.
         object.__setattr__(self, "listeners", tuple(self.listeners))
+        object.__setattr__(self, "connectors", tuple(self.connectors))
+        object.__setattr__(self, "router_timers", MappingProxyType({**ROUTER_TIMERS,
+                                                                    **self.router_timers}))
         object.__setattr__(self, "address_rules", tuple(self.address_rules))
         object.__setattr__(self, "log_levels", MappingProxyType(dict(self.log_levels)))
 
@@ -304,7 +325,15 @@ _LISTENER = {
     "host": _Key(_host, required=True),
     "port": _Key(_int_in(0, 65535), required=True),
     "role": _Key(_choice(ROLES, "role"), default="normal"),
+    "cost": _Key(_int_in(1, MAX_COST), default=1),
 }
+_CONNECTOR = {
+    "host": _Key(_host, required=True),
+    "port": _Key(_int_in(1, 65535), required=True),
+    "role": _Key(_choice(CONNECTOR_ROLES, "role"), default="inter-router"),
+    "cost": _Key(_int_in(1, MAX_COST), default=1),
+}
+_ROUTER = {name: _Key(_number_at_least(0.001), default=default) for name, default in ROUTER_TIMERS.items()}
 _RULE = {
     "prefix": _Key(_prefix, required=True),
     "distribution": _Key(_distribution, required=True),
@@ -324,6 +353,8 @@ _ROOT = {
     "node": _Key(_table(_NODE), required=True),
     "listeners": _Key(_list_of(_table(_LISTENER), "listener", at_least=1), required=True),
     "addresses": _Key(_table(_ADDRESSES), default={"default": "balanced", "rules": []}),
+    "connectors": _Key(_list_of(_table(_CONNECTOR), "connectors"), default=[]),
+    "router": _Key(_table(_ROUTER), default=dict(ROUTER_TIMERS)),
 }
 
 
@@ -350,6 +381,18 @@ def _build(data: object, source: str) -> NodeConfig:
     rules = [AddressRule(**entry) for entry in addresses["rules"]]
     _first_duplicate([lc.port or None for lc in listeners], lambda i: f"listeners[{i}].port", "port")
     _first_duplicate([r.prefix for r in rules], lambda i: f"addresses.rules[{i}].prefix", "prefix")
+    connectors = [ConnectorConfig(**entry) for entry in root["connectors"]]
+    _first_duplicate([(c.host, c.port) for c in connectors],
+                     lambda i: f"connectors[{i}]", "host and port")
+    timers = root["router"]
+    hello, max_age = timers["hello_interval"], timers["hello_max_age"]
+    if max_age <= hello:
+        raise _Invalid("router.hello_max_age",
+                       f"must exceed router.hello_interval ({hello:g}), got {max_age:g}")
+    ra, flux = timers["ra_interval"], timers["ra_interval_flux"]
+    if flux > ra:
+        raise _Invalid("router.ra_interval_flux",
+                       f"must not exceed router.ra_interval ({ra:g}), got {flux:g}")
     return NodeConfig(
         node_id=node["id"],
         listeners=tuple(listeners),
@@ -359,5 +402,7 @@ def _build(data: object, source: str) -> NodeConfig:
         idle_timeout=node["idle_timeout"],
         log_level=node["log_level"],
         log_levels=node["log_levels"],
+        connectors=tuple(connectors),
+        router_timers=timers,
         source=source,
     )

@@ -406,8 +406,33 @@ def test_port_zero_may_repeat() -> None:
 
 
 def test_unknown_role() -> None:
-    err = error_for(with_changes(listeners=[{"host": "h", "port": 1, "role": "inter-router"}]))
-    assert_error(err, "listeners[0].role", "unknown role 'inter-router'", "valid: normal")
+    err = error_for(with_changes(listeners=[{"host": "h", "port": 1, "role": "edge"}]))
+    assert_error(err, "listeners[0].role", "unknown role 'edge'", "valid: normal, inter-router")
+
+
+def test_mesh_keys_parse_with_defaults() -> None:
+    cfg = parse_config(with_changes(
+        listeners=[{"host": "h", "port": 1}, {"host": "h", "port": 2, "role": "inter-router", "cost": 3}],
+        connectors=[{"host": "peer", "port": 5800, "cost": 2}, {"host": "other", "port": 5800}],
+        router={"hello_interval": 0.5, "hello_max_age": 1.5}), "t.yaml")
+    assert cfg.listeners[1].role == "inter-router" and cfg.listeners[1].cost == 3
+    assert [(c.host, c.port, c.role, c.cost) for c in cfg.connectors] == [
+        ("peer", 5800, "inter-router", 2), ("other", 5800, "inter-router", 1)]
+    assert cfg.router_timers["hello_interval"] == 0.5 and cfg.router_timers["ra_interval"] == 30.0
+
+
+@pytest.mark.parametrize("changes, path, problem", [
+    ({"connectors": [{"host": "a", "port": 1}, {"host": "a", "port": 1}]}, "connectors[1]", "duplicate"),
+    ({"connectors": [{"host": "a", "port": 0}]}, "connectors[0].port", "out of range"),
+    ({"connectors": [{"host": "a", "port": 1, "cost": 0}]}, "connectors[0].cost", "out of range"),
+    ({"connectors": [{"host": "a", "port": 1, "role": "normal"}]}, "connectors[0].role", "unknown role"),
+    ({"router": {"hello_interval": 3, "hello_max_age": 3}}, "router.hello_max_age", "must exceed"),
+    ({"router": {"ra_interval": 2, "ra_interval_flux": 4}}, "router.ra_interval_flux", "must not exceed"),
+    ({"router": {"hello_interval": -1}}, "router.hello_interval", "out of range"),
+    ({"router": {"tick": 1}}, "router.tick", "unknown key"),
+])
+def test_mesh_key_errors(changes, path, problem) -> None:
+    assert_error(error_for(with_changes(**changes)), path, problem)
 
 
 @pytest.mark.parametrize("node_id", ["a/b", "", "has space", "é", "A:1", "A*"])
