@@ -1,4 +1,5 @@
-"""Command line: ``meshrouter run CONFIG`` and ``meshrouter check-config FILE`` (see docs/CONTRACTS.md)."""
+"""Command line: ``meshrouter run CONFIG``, ``meshrouter check-config FILE`` (see docs/CONTRACTS.md) and
+``meshrouter analyze RECORDS_DIR --out REPORT_DIR`` (router/analytics)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a config file and exit (0 = OK, 2 = bad)")
     check.add_argument("file", metavar="FILE", help="YAML config file")
     check.set_defaults(func=_cmd_check_config)
+
+    from router.analytics.cli import add_parser as add_analyze  # no PySpark import until it runs
+
+    add_analyze(commands)
     return parser
 
 

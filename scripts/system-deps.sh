@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages needed to compile python-qpid-proton from source (C compiler,
-# Python headers, OpenSSL and Cyrus SASL headers found through pkg-config) and, optionally,
-# the Proton-C library the benchmark load generator links against.
+# Python headers, OpenSSL and Cyrus SASL headers found through pkg-config), a Java runtime for
+# PySpark (`meshrouter analyze`) and, optionally, the Proton-C library the benchmark load generator
+# links against.
 # Does nothing when everything is already there; needs root (or sudo) otherwise.
 set -euo pipefail
 want=(gcc make pkg-config python3-dev libssl-dev libsasl2-dev)
@@ -10,6 +11,8 @@ missing=()
 for p in "${want[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# `meshrouter analyze` (PySpark) needs a Java runtime; any Java 17+ on the PATH will do.
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 [ ${#missing[@]} -eq 0 ] && exit 0
 echo "system-deps: installing ${missing[*]}"
 SUDO=""

@@ -1,0 +1,219 @@
+"""report.html: one self-contained page (inline CSS, plots as base64 PNG) from the job's tables."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from router.analytics import plots
+
+if TYPE_CHECKING:
+    from router.analytics.job import Result
+
+SHOW_ROWS = 25  # rows of a table shown in the page; the Parquet tables hold all of them
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #212121;
+       line-height: 1.4; padding: 0 1em; }
+h1 { border-bottom: 2px solid #1565c0; padding-bottom: .2em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: .6em 0 1.2em; font-size: 14px; }
+th, td { border: 1px solid #ddd; padding: 3px 9px; text-align: right; }
+th { background: #e3f2fd; } td.t, th.t { text-align: left; }
+tr:nth-child(even) td { background: #fafafa; }
+.note { color: #616161; font-size: 13px; } .warn { color: #b71c1c; } .empty { color: #9e9e9e; }
+img { max-width: 100%; display: block; margin: .5em 0; }
+"""
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "&ndash;"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    return html.escape(str(value))
+
+
+def table(rows: Sequence[dict], columns: Sequence[str], name: str | None = None,
+          limit: int = SHOW_ROWS) -> str:
+    """An HTML table of ``rows`` (first ``limit``), text columns left-aligned."""
+    if not rows:
+        return '<p class="empty">No data.</p>'
+    text = {c for c in columns if any(isinstance(r.get(c), str) for r in rows)}
+    out = ["<table><tr>"]
+    out += [f'<th class="{"t" if c in text else ""}">{html.escape(c)}</th>' for c in columns]
+    out.append("</tr>")
+    for r in rows[:limit]:
+        out.append("<tr>" + "".join(f'<td class="{"t" if c in text else ""}">{_cell(r.get(c))}</td>'
+                                     for c in columns) + "</tr>")
+    out.append("</table>")
+    if len(rows) > limit:
+        where = f" (all of them in <code>tables/{html.escape(name)}/</code>)" if name else ""
+        out.append(f'<p class="note">Showing {limit} of {len(rows):,} rows{where}.</p>')
+    return "".join(out)
+
+
+def image(png: str | None, alt: str) -> str:
+    """An inline PNG, or a 'no data' note."""
+    if png is None:
+        return f'<p class="empty">{html.escape(alt)}: no data.</p>'
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+
+
+def _utc(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d} UTC"
+
+
+def _pivot(rows: list[dict], key: str, column: str, value: str,
+           order: Sequence[str] = ()) -> tuple[list[dict], list[str]]:
+    per: dict[object, dict] = defaultdict(dict)
+    names: list[str] = []
+    for r in rows:
+        name = str(r[column])
+        per[r[key]][name] = r[value]
+        if name not in names:
+            names.append(name)
+    names.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
+    out = [{key: k, **v, "total": sum(v.values())} for k, v in per.items()]
+    out.sort(key=lambda r: -r["total"])
+    return out, [key, *names, "total"]
+
+
+def _throughput_stats(rows: list[dict]) -> list[dict]:
+    per: dict[str, list[int]] = defaultdict(list)
+    for r in rows:
+        per[r["node"]].append(r["messages"])
+    return [{"node": n, "messages": sum(v), "busy seconds": len(v), "mean msg/s": sum(v) / len(v),
+             "peak msg/s": max(v)} for n, v in sorted(per.items())]
+
+
+def _summary_rows(s: dict, outcome_totals: dict[str, int]) -> list[dict]:
+    span = (s["last_time"] - s["first_time"]) if s.get("first_time") is not None else None
+    rows = [
+        ("records directory", s["records_dir"]),
+        ("files read", f"{s['json_files']:,} JSON Lines, {s['parquet_files']:,} Parquet"),
+        ("files skipped (corrupt or truncated)", s["corrupt_files"]),
+        ("delivery records", s["deliveries"]),
+        ("event records", s["events"]),
+        ("malformed or truncated lines skipped", s["corrupt_lines"]),
+        ("records missing required fields skipped", s["invalid_records"]),
+        ("nodes", s["nodes"]),
+        ("addresses", s["addresses"]),
+        ("bytes delivered", s["bytes"]),
+        ("first record", _utc(s.get("first_time"))),
+        ("last record", _utc(s.get("last_time"))),
+        ("time span (s)", span),
+        ("outcomes", ", ".join(f"{k} {v:,}" for k, v in sorted(outcome_totals.items(), key=lambda kv: -kv[1]))
+         or "-"),
+    ]
+    return [{"what": k, "value": v} for k, v in rows]
+
+
+DEFINITIONS = """
+<ul>
+<li><b>Throughput</b>: deliveries whose settlement fell in each whole second (UTC epoch).</li>
+<li><b>Settlement latency</b>: <code>settled - arrival</code> at the node that wrote the record, over
+ accepted, rejected, released and modified deliveries (pre-settled and dropped ones have none).
+ Percentiles are exact (linear interpolation between the closest ranks).</li>
+<li><b>Egress</b>: the node where a delivery left the mesh (its <code>out_link</code> is
+ <code>client</code> or <code>broker</code>). Per-address and mesh-wide hop counts,
+ ingress&nbsp;&rarr;&nbsp;egress traffic and latency come from egress records; per-node hop counts
+ from every record at that node.</li>
+<li><b>Ingress &rarr; egress latency</b> is measured at the egress node (<code>settled - arrival</code>
+ there); it is the end-to-end latency where ingress = egress.</li>
+<li><b>Producers / consumers</b>: records carry no link ids, so the finest keys are (node, link kind,
+ address) for deliveries that entered the mesh (<code>in_link</code> client or broker) or left it.</li>
+<li><b>Credit starvation</b>: per link, from each <code>credit_starved_start</code> to the link's next
+ <code>credit_starved_end</code> or <code>link_down</code>; a start with neither is counted as open
+ and adds no time.</li>
+</ul>
+"""
+
+
+def render(result: Result) -> str:
+    """The whole page."""
+    data, s = result.data, result.summary
+    outcome_totals: dict[str, int] = defaultdict(int)
+    for r in data["outcomes_node"]:
+        outcome_totals[r["outcome"]] += r["messages"]
+    start = int(s["first_time"]) if s.get("first_time") is not None else 0
+    lat_cols = ["deliveries", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms"]
+    outcome_order = tuple(plots.OUTCOME_COLOURS)
+    outcome_pivot, outcome_cols = _pivot(data["outcomes_node"], "node", "outcome", "messages", outcome_order)
+    address_pivot, address_cols = _pivot(data["outcomes_address"], "address", "outcome", "messages",
+                                         outcome_order)
+    hop_order = tuple(str(h) for h in sorted({r["hops"] for r in data["hops_node"]}))
+    hop_pivot, hop_cols = _pivot(data["hops_node"], "node", "hops", "messages", hop_order)
+    problems = [{"file": b["file"], "problem": b["problem"], "count": None} for b in s["bad_files"]]
+    problems += data["input_problems"]
+    busiest_addresses = sorted(data["latency_address"], key=lambda r: -r["deliveries"])
+    warn = ""
+    if s["corrupt_files"] or s["corrupt_lines"] or s["invalid_records"]:
+        warn = (f'<p class="warn">Skipped: {s["corrupt_files"]:,} files, {s["corrupt_lines"]:,} malformed '
+                f'lines, {s["invalid_records"]:,} incomplete records '
+                '(see <a href="#input">Input problems</a>).</p>')
+    parts = [
+        f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>meshrouter telemetry report"
+        f"</title><style>{CSS}</style></head><body>",
+        "<h1>meshrouter telemetry report</h1>",
+        f'<p class="note">Generated {_utc(time.time())} by <code>meshrouter analyze</code>.</p>',
+        "<h2 id='summary'>Summary</h2>", warn, table(_summary_rows(s, outcome_totals), ["what", "value"]),
+        "<h2 id='throughput'>Throughput</h2>",
+        image(plots.throughput(data["throughput_node"], start), "Throughput per node"),
+        table(_throughput_stats(data["throughput_node"]),
+              ["node", "messages", "busy seconds", "mean msg/s", "peak msg/s"]),
+        "<p class='note'>Per address and second: <code>tables/throughput_address/</code>.</p>",
+        "<h2 id='outcomes'>Outcomes</h2>", image(plots.outcomes(data["outcomes_node"], "node"), "Outcomes"),
+        table(outcome_pivot, outcome_cols),
+        "<h3>Per address</h3>",
+        table(address_pivot, address_cols, "outcomes_address"),
+        "<h2 id='latency'>Settlement latency</h2>",
+        image(plots.latency(busiest_addresses, "address"), "Latency per address"),
+        "<h3>Per node</h3>", table(data["latency_node"], ["node", *lat_cols]),
+        "<h3>Per address (busiest first)</h3>",
+        table(busiest_addresses, ["address", *lat_cols], "latency_address"),
+        "<h2 id='hops'>Hops</h2>", image(plots.hops(data["hops_mesh"]), "Hop histogram"),
+        "<h3>Per node (hops so far, every record at the node)</h3>", table(hop_pivot, hop_cols),
+        "<h2 id='producers'>Top producers and consumers</h2>",
+        "<h3>Producers (deliveries entering the mesh)</h3>",
+        table(data["top_producers"], ["node", "in_link", "address", "messages", "bytes"],
+              "top_producers", 15),
+        "<h3>Consumers (deliveries leaving the mesh)</h3>",
+        table(data["top_consumers"], ["node", "out_link", "address", "messages", "accepted", "bytes"],
+              "top_consumers", 15),
+        "<h2 id='starvation'>Credit starvation</h2>",
+        "<h3>Per address</h3>",
+        table(data["starvation_address"], ["address", "links", "intervals", "open_intervals", "starved_s"],
+              "starvation_address"),
+        "<h3>Per link</h3>",
+        table(data["starvation_link"],
+              ["node", "link", "address", "intervals", "open_intervals", "starved_s"], "starvation_link"),
+        "<h2 id='mesh'>Mesh: ingress &rarr; egress</h2>",
+        image(plots.pairs(data["pair_traffic"]), "Ingress to egress traffic"),
+        table(data["pair_traffic"], ["ingress", "egress", "messages", "bytes"], "pair_traffic"),
+        "<h3>Latency at the egress, by ingress &rarr; egress</h3>",
+        table(data["pair_latency"], ["ingress", "egress", *lat_cols], "pair_latency"),
+        "<h2 id='input'>Input problems</h2>",
+        table(problems, ["file", "problem", "count"], "input_problems"),
+        "<h2 id='definitions'>How to read this</h2>", DEFINITIONS,
+        "<h2 id='tables'>Tables</h2><p class='note'>Parquet, one directory per table, under "
+        f"<code>{html.escape(str(result.out_dir / 'tables'))}</code>: "
+        + ", ".join(f"<code>{html.escape(n)}</code>" for n in result.tables) + ".</p>",
+        "</body></html>",
+    ]
+    return "\n".join(parts)
+
+
+def write_report(result: Result) -> None:
+    """Render and write ``result.report``."""
+    result.report.parent.mkdir(parents=True, exist_ok=True)
+    result.report.write_text(render(result), encoding="utf-8")

@@ -1,0 +1,173 @@
+"""The report's tables, each a function from the classified records to a small DataFrame.
+
+Definitions (see also the report's "How to read this" section):
+
+- a delivery record *left the mesh* at its node when ``out_link`` is ``client`` or ``broker``; that
+  node is the delivery's *egress*. It *entered the mesh* there when ``in_link`` is ``client`` or ``broker``.
+- settlement latency = ``settled - arrival`` at the node that wrote the record, in whole microseconds,
+  over outcomes accepted/rejected/released/modified (not presettled or dropped). Percentiles are exact
+  (Spark's ``percentile``: linear interpolation between the closest ranks, as numpy's default).
+- throughput buckets are whole epoch seconds of ``settled``.
+- top producers: records that entered the mesh, by (node, in_link, address); top consumers: records
+  that left it, by (node, out_link, address). Records carry no link ids, so these are the finest keys.
+- hops: per node, every record at that node (hops so far on arrival); per address and mesh-wide,
+  records at the egress (the path length each delivery took).
+- credit starvation: per (node, link), each ``credit_starved_start`` is closed by the link's next
+  ``credit_starved_end`` or ``link_down``; a start followed by another start or by nothing is *open*
+  and adds no time.
+- ingress -> egress: records at the egress, keyed (ingress, node). Their latency is settled - arrival
+  at the egress node; it is the end-to-end latency when ingress == egress.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from router.analytics.schema import CORRUPT, EXIT_LINKS, SETTLING_OUTCOMES
+
+PERCENTILES = (0.5, 0.9, 0.99)
+
+
+def _sorted_by(*cols):
+    """One partition, sorted: small tables come out as one ordered file, without the extra job (and
+    sampling pass) that a global orderBy costs."""
+    return lambda df: df.coalesce(1).sortWithinPartitions(*cols)
+
+
+def classify(records: DataFrame) -> DataFrame:
+    """Add ``_class``: corrupt (unparseable line), delivery, event, or invalid (missing required fields)."""
+    c = F.col
+    delivery = ((c("kind") == "delivery") & c("node").isNotNull() & c("outcome").isNotNull()
+                & c("arrival").isNotNull() & c("settled").isNotNull())
+    event = (c("kind") == "event") & c("node").isNotNull() & c("event").isNotNull() & c("time").isNotNull()
+    return records.withColumn(
+        "_class",
+        F.when(c(CORRUPT).isNotNull(), "corrupt").when(delivery, "delivery").when(event, "event")
+        .otherwise("invalid"))
+
+
+def deliveries_of(classified: DataFrame) -> DataFrame:
+    """Valid delivery records with lat_us, second and the flags entered_mesh / left_mesh (at this node)."""
+    c = F.col
+    return (classified.filter(c("_class") == "delivery")
+            .select("node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "size",
+                    "arrival", "settled",
+                    F.round((c("settled") - c("arrival")) * 1_000_000).cast("long").alias("lat_us"),
+                    F.floor(c("settled")).cast("long").alias("second"),
+                    c("in_link").isin(*EXIT_LINKS).alias("entered_mesh"),
+                    c("out_link").isin(*EXIT_LINKS).alias("left_mesh")))
+
+
+def events_of(classified: DataFrame) -> DataFrame:
+    """Valid event records."""
+    return (classified.filter(F.col("_class") == "event")
+            .select("node", "event", "link", "address", "peer", "time"))
+
+
+def input_problems(classified: DataFrame) -> DataFrame:
+    """(file, problem, count) for corrupt lines and invalid records, per input file."""
+    return (classified.filter(F.col("_class").isin("corrupt", "invalid"))
+            .groupBy(F.regexp_replace("_file", "^file:(//)?", "").alias("file"),
+                     F.when(F.col("_class") == "corrupt", "corrupt lines")
+                     .otherwise("invalid records").alias("problem"))
+            .agg(F.count("*").alias("count"))
+            .transform(_sorted_by("file", "problem")))
+
+
+def throughput(d: DataFrame, key: str) -> DataFrame:
+    """(key, second, messages, bytes): messages settled per 1 s bucket."""
+    return (d.groupBy(key, "second")
+            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .transform(_sorted_by(key, "second")))
+
+
+def outcomes(d: DataFrame, key: str) -> DataFrame:
+    """(key, outcome, messages)."""
+    return d.groupBy(key, "outcome").agg(F.count("*").alias("messages")).transform(_sorted_by(key, "outcome"))
+
+
+def _latency(d: DataFrame, keys: list[str]) -> DataFrame:
+    p = F.percentile(F.col("lat_us"), list(PERCENTILES))
+    agg = (d.filter(F.col("outcome").isin(*SETTLING_OUTCOMES))
+           .groupBy(*keys)
+           .agg(F.count("*").alias("deliveries"), p.alias("p"), F.avg("lat_us").alias("mean"),
+                F.max("lat_us").alias("max")))
+    return agg.select(*keys, "deliveries",
+                      (F.col("p")[0] / 1000).alias("p50_ms"), (F.col("p")[1] / 1000).alias("p90_ms"),
+                      (F.col("p")[2] / 1000).alias("p99_ms"), (F.col("mean") / 1000).alias("mean_ms"),
+                      (F.col("max") / 1000).alias("max_ms"))
+
+
+def latency(d: DataFrame, key: str) -> DataFrame:
+    """(key, deliveries, p50_ms, p90_ms, p99_ms, mean_ms, max_ms) of settlement latency."""
+    return _latency(d, [key]).transform(_sorted_by(key))
+
+
+def hops_by(d: DataFrame, key: str | None) -> DataFrame:
+    """Hop histogram: per node over all its records; per address / mesh-wide (key None) at the egress."""
+    rows = d.filter(F.col("hops").isNotNull())
+    if key != "node":
+        rows = rows.filter(F.col("left_mesh"))
+    keys = [key, "hops"] if key else ["hops"]
+    return rows.groupBy(*keys).agg(F.count("*").alias("messages")).transform(_sorted_by(*keys))
+
+
+def top_producers(d: DataFrame) -> DataFrame:
+    """(node, in_link, address, messages, bytes) for records that entered the mesh, busiest first."""
+    return (d.filter(F.col("entered_mesh")).groupBy("node", "in_link", "address")
+            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .transform(_sorted_by(F.desc("messages"), "node", "address")))
+
+
+def top_consumers(d: DataFrame) -> DataFrame:
+    """(node, out_link, address, messages, bytes, accepted) for records that left the mesh, busiest first."""
+    return (d.filter(F.col("left_mesh")).groupBy("node", "out_link", "address")
+            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"),
+                 F.sum((F.col("outcome") == "accepted").cast("long")).alias("accepted"))
+            .transform(_sorted_by(F.desc("messages"), "node", "address")))
+
+
+def starvation_links(e: DataFrame) -> DataFrame:
+    """(node, link, address, intervals, open_intervals, starved_s) of credit starvation per link."""
+    c = F.col
+    marks = e.filter(c("link").isNotNull()
+                     & c("event").isin("credit_starved_start", "credit_starved_end", "link_down"))
+    order = F.when(c("event") == "credit_starved_start", 1).otherwise(0)  # at equal times, ends first
+    w = Window.partitionBy("node", "link").orderBy("time", order)
+    starts = (marks.withColumn("next_event", F.lead("event").over(w))
+              .withColumn("next_time", F.lead("time").over(w))
+              .filter(c("event") == "credit_starved_start"))
+    closed = c("next_event").isin("credit_starved_end", "link_down")
+    dur_us = F.when(closed, F.round((c("next_time") - c("time")) * 1_000_000).cast("long")).otherwise(0)
+    return (starts.groupBy("node", "link")
+            .agg(F.first("address", ignorenulls=True).alias("address"),
+                 F.sum(closed.cast("long")).alias("intervals"),
+                 F.sum((~closed).cast("long")).alias("open_intervals"),
+                 F.sum(dur_us).alias("starved_us"))
+            .select("node", "link", "address", "intervals", "open_intervals",
+                    (c("starved_us") / 1_000_000).alias("starved_s"))
+            .transform(_sorted_by(F.desc("starved_s"), "node", "link")))
+
+
+def starvation_addresses(links: DataFrame) -> DataFrame:
+    """(address, links, intervals, open_intervals, starved_s): per-link starvation summed per address."""
+    return (links.groupBy("address")
+            .agg(F.count("*").alias("links"), F.sum("intervals").alias("intervals"),
+                 F.sum("open_intervals").alias("open_intervals"),
+                 (F.sum(F.round(F.col("starved_s") * 1_000_000).cast("long")) / 1_000_000).alias("starved_s"))
+            .transform(_sorted_by(F.desc("starved_s"), "address")))
+
+
+def pair_traffic(d: DataFrame) -> DataFrame:
+    """(ingress, egress, messages, bytes) for deliveries that left the mesh, from their egress records."""
+    return (d.filter(F.col("left_mesh") & F.col("ingress").isNotNull())
+            .groupBy("ingress", F.col("node").alias("egress"))
+            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .transform(_sorted_by("ingress", "egress")))
+
+
+def pair_latency(d: DataFrame) -> DataFrame:
+    """(ingress, egress, deliveries, p50_ms, …): latency of deliveries at their egress, by ingress."""
+    rows = d.filter(F.col("left_mesh") & F.col("ingress").isNotNull()).withColumnRenamed("node", "egress")
+    return _latency(rows, ["ingress", "egress"]).transform(_sorted_by("ingress", "egress"))
