@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from router.telemetry.config import TelemetryConfig
+
 DISTRIBUTIONS = ("closest", "balanced", "multicast")
 ROLES = ("normal", "inter-router")
 CONNECTOR_ROLES = ("inter-router",)
@@ -87,6 +89,7 @@ class NodeConfig:
     log_levels: Mapping[str, str] = field(default_factory=_empty_mapping, hash=False)
     connectors: tuple[ConnectorConfig, ...] = ()
     router_timers: Mapping[str, float] = field(default_factory=_empty_mapping, hash=False)
+    telemetry: TelemetryConfig | None = None
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
@@ -315,6 +318,16 @@ def _list_of(item: Checker, what: str, at_least: int = 0) -> Checker:
     return check
 
 
+def _telemetry(value: object, path: str) -> TelemetryConfig:
+    try:
+        return TelemetryConfig.from_mapping(value)
+    except ValueError as exc:
+        key, sep, problem = str(exc).partition(": ")      # "KEY: problem", or a whole-section problem
+        if sep and " " not in key:
+            raise _Invalid(_join(path, key), problem) from None
+        raise _Invalid(path, str(exc)) from None
+
+
 def _table(keys: Mapping[str, _Key]) -> Checker:
     return lambda value, path: _section(value, path, keys)
 
@@ -355,6 +368,7 @@ _ROOT = {
     "addresses": _Key(_table(_ADDRESSES), default={"default": "balanced", "rules": []}),
     "connectors": _Key(_list_of(_table(_CONNECTOR), "connectors"), default=[]),
     "router": _Key(_table(_ROUTER), default=dict(ROUTER_TIMERS)),
+    "telemetry": _Key(_telemetry, default=None),
 }
 
 
@@ -404,5 +418,6 @@ def _build(data: object, source: str) -> NodeConfig:
         log_levels=node["log_levels"],
         connectors=tuple(connectors),
         router_timers=timers,
+        telemetry=root["telemetry"],
         source=source,
     )

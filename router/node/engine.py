@@ -117,6 +117,15 @@ from router.forwarding.core import (
 )
 from router.node.connection import Connection
 from router.node.outcomes import OutcomeSnapshot, copy_outcome, set_modified, set_rejected
+from router.node.routerlinks import (
+    CONTROL,
+    CONTROL_CREDIT,
+    DATA,
+    RouterLink,
+    capabilities,
+    open_router_links,
+    peer_from_open,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +165,7 @@ class Stream:
     """A multi-frame inbound delivery being passed on chunk by chunk."""
 
     __slots__ = ("in_dlv", "in_link", "producer", "outs", "group", "presettled", "prefix", "routed",
-                 "final")
+                 "final", "size")
 
     def __init__(self, in_dlv: object, in_link: object, producer: Producer) -> None:
         self.in_dlv = in_dlv
@@ -170,6 +179,7 @@ class Stream:
         # outcome for the producer decided before the transfer completed (consumer settled early or
         # was lost, or the message could not be routed); applied when the last frame has arrived
         self.final: object = None
+        self.size = 0                          # bytes read so far
 
 
 class Engine:
@@ -187,6 +197,10 @@ class Engine:
         self.streams: dict[object, Stream] = {}        # inbound pn_delivery_t* -> Stream
         self.stream_outs: dict[object, Stream] = {}    # outbound pn_delivery_t* of a stream -> Stream
         self.paused: set[Stream] = set()
+        # the mesh control plane (router.node.mesh.MeshControl); told when inter-router connections
+        # come and go and given the control messages that arrive on them
+        self.mesh: object = None
+        self.tel: object = None      # router.node.telemetry.NodeTelemetry when telemetry is configured
         self._bufsize = 64 * 1024
         self._buf = ffi.new("char[]", self._bufsize)
         self._tagnum = ffi.new("uint64_t *")
@@ -206,10 +220,15 @@ class Engine:
 
     # ---- connections -----------------------------------------------------------------------------------
     def add_connection(self, sock: object, peer: str, role: str = "normal",
-                       echo_detector: object = None) -> Connection:
-        conn = Connection(sock, peer, self.node_id, self.idle_timeout, self.collector, role, echo_detector)
+                       echo_detector: object = None, client: bool = False, cost: int = 1) -> Connection:
+        conn = Connection(sock, peer, self.node_id, self.idle_timeout, self.collector, role, echo_detector,
+                          client=client, cost=cost)
         self.conns[conn.pn_conn] = conn
+        if client:
+            pn_connection_open(conn.pn_conn)
         self.dirty.add(conn)
+        if self.tel is not None:
+            self.tel.event("conn_up", None, None, peer)
         log.debug("connection from %s", peer)
         return conn
 
@@ -218,6 +237,9 @@ class Engine:
         if not conn.alive:
             return
         conn.alive = False
+        if self.tel is not None:
+            self.tel.event("conn_down", None, None, conn.peer)
+        self._router_down(conn)
         for link in list(conn.links):
             self._drop_link(link, conn_alive=False)
         self.dead.append(conn)
@@ -283,7 +305,7 @@ class Engine:
             ev = peek(coll)
 
     def _handler_failed(self, ev: object, event_type: int) -> None:
-        log.exception("internal error handling %s", pn_event_type_name(event_type).decode())
+        log.exception("internal error handling %s", ffi.string(pn_event_type_name(event_type)).decode())
         conn = self.conns.get(pn_event_connection(ev))
         if conn is not None and conn.alive:
             cond = pn_connection_condition(conn.pn_conn)
@@ -299,9 +321,13 @@ class Engine:
         """Flow the credit the core decided to producers, and drain those that lost their consumers."""
         grants, drains = self.core.take_credit_actions()
         dirty = self.dirty
+        tel = self.tel
         for p, n in grants:
             pn_link_flow(p.handle, n)
             dirty.add(p.conn)
+            if tel is not None and p.credit == n:
+                tel.event("credit_starved_end", p.handle, p.address.key if p.address else None,
+                          p.conn.peer)
         for p in drains:
             pn_link_drain(p.handle, 0)
             dirty.add(p.conn)
@@ -315,12 +341,67 @@ class Engine:
         if pn_connection_state(c) & PN_LOCAL_UNINIT:
             pn_connection_open(c)
         conn = self.conns.get(c)
-        if conn is not None:
-            self.dirty.add(conn)
+        if conn is None:
+            return
+        self.dirty.add(conn)
+        if conn.role == "inter-router" and conn.router is None:
+            conn.router = peer = peer_from_open(c, conn.cost)
+            if peer.node_id == self.node_id:
+                log.error("inter-router connection %s leads back to this node (%s): closing it",
+                          conn.peer, self.node_id)
+                self._close_connection(conn, b"qd:connection-role", b"connected to itself")
+                return
+            log.info("inter-router connection %s to node %s (cost %d)", conn.peer, peer.node_id, peer.cost)
+            if conn.client:
+                for rl, is_sender in open_router_links(c, self.node_id, SESSION_CAPACITY):
+                    self._register_router_link(rl, conn, is_sender)
+
+    def _register_router_link(self, rl: RouterLink, conn: Connection, is_sender: bool) -> None:
+        rl.conn = conn
+        self.links[rl.handle] = rl
+        conn.links.add(rl.handle)
+        conn.router.add(rl)
+        if not is_sender and rl.kind == CONTROL:
+            pn_link_flow(rl.handle, CONTROL_CREDIT)
+
+    def _close_connection(self, conn: Connection, name: bytes, description: bytes) -> None:
+        cond = pn_connection_condition(conn.pn_conn)
+        pn_condition_set_name(cond, name)
+        pn_condition_set_description(cond, description)
+        pn_connection_close(conn.pn_conn)
+        self.dirty.add(conn)
+
+    def _router_up_check(self, conn: Connection) -> None:
+        peer = conn.router
+        if peer is not None and not peer.up and peer.control_ready():
+            peer.up = True
+            if self.mesh is not None:
+                self.mesh.link_up(conn, peer)
+
+    def _router_down(self, conn: Connection) -> None:
+        peer = conn.router
+        if peer is not None and peer.up:
+            peer.up = False
+            if self.mesh is not None:
+                self.mesh.link_down(conn, peer)
+
+    def send_control(self, conn: Connection, data: bytes) -> None:
+        """Send one encoded control message (pre-settled) to the peer at the end of `conn`."""
+        peer = conn.router
+        if not conn.alive or peer is None or peer.control_out is None:
+            return
+        out = peer.control_out
+        self._tagnum[0] += 1
+        od = pn_delivery(out, self._tag)
+        pn_link_send(out, data, len(data))
+        pn_link_advance(out)
+        pn_delivery_settle(od)
+        self.dirty.add(conn)
 
     def _on_connection_close(self, ev: object) -> None:
         conn = self._conn_of(ev)
         if conn is not None:
+            self._router_down(conn)
             for link in list(conn.links):
                 self._drop_link(link, conn_alive=True)
             self.dirty.add(conn)
@@ -370,6 +451,9 @@ class Engine:
     def _on_link_open(self, ev: object) -> None:
         link = pn_event_link(ev)
         if not pn_link_state(link) & PN_LOCAL_UNINIT:
+            rec = self.links.get(link)          # the peer answered an attach we made
+            if rec is not None and rec.__class__ is RouterLink:
+                self._router_up_check(rec.conn)
             return
         conn = self.conns.get(pn_session_connection(pn_link_session(link)))
         if conn is None or not conn.alive:
@@ -377,10 +461,47 @@ class Engine:
         self.dirty.add(conn)
         pn_terminus_copy(pn_link_source(link), pn_link_remote_source(link))
         pn_terminus_copy(pn_link_target(link), pn_link_remote_target(link))
-        if pn_link_is_sender(link):
+        if conn.role == "inter-router":
+            self._attach_router_link(link, conn)
+        elif pn_link_is_sender(link):
             self._attach_consumer(link, conn)
         else:
             self._attach_producer(link, conn)
+
+    def _attach_router_link(self, link: object, conn: Connection) -> None:
+        """The peer node attached one of the inter-router links (we are the listening side)."""
+        is_sender = bool(pn_link_is_sender(link))
+        caps = capabilities(pn_link_remote_source(link)) | capabilities(pn_link_remote_target(link))
+        kind = CONTROL if CONTROL in caps else DATA if DATA in caps else None
+        if kind is None or conn.router is None:
+            self._refuse(link, b"qd:connection-role",
+                         b"an inter-router connection carries only inter-router links")
+            return
+        pn_link_open(link)
+        self._register_router_link(RouterLink(kind, is_sender, conn, link), conn, is_sender)
+        self._router_up_check(conn)
+
+    def _on_router_delivery(self, d: object, link: object, rl: RouterLink) -> None:
+        """A transfer (or an outcome) on an inter-router link."""
+        if rl.outgoing:
+            pn_delivery_settle(d)
+            return
+        if not pn_delivery_readable(d) or pn_delivery_partial(d):
+            return                                   # control messages are read once complete
+        n = pn_delivery_pending(d)
+        buf = ffi.new("char[]", max(n, 1))
+        n = pn_link_recv(link, buf, n)
+        pn_link_advance(link)
+        if rl.kind != CONTROL:                       # data across the mesh: not routed yet
+            pn_delivery_update(d, RELEASED)
+            pn_delivery_settle(d)
+            return
+        pn_delivery_settle(d)
+        if pn_link_credit(link) < CONTROL_CREDIT // 2:
+            pn_link_flow(link, CONTROL_CREDIT - pn_link_credit(link))
+            self.dirty.add(rl.conn)
+        if self.mesh is not None and n > 0:
+            self.mesh.on_control(rl.conn, ffi.buffer(buf, n)[:])
 
     def _attach_consumer(self, link: object, conn: Connection) -> None:
         """A client receiver attached: we send to it from its source address."""
@@ -403,6 +524,8 @@ class Engine:
         conn.links.add(link)
         pn_link_open(link)
         log.debug("consumer attached to %s from %s", name, conn.peer)
+        if self.tel is not None:
+            self.tel.event("link_up", link, c.address.key, conn.peer)
 
     def _attach_producer(self, link: object, conn: Connection) -> None:
         """A client sender attached: it sends to its target address (none: anonymous relay)."""
@@ -416,6 +539,8 @@ class Engine:
         conn.links.add(link)
         pn_link_open(link)
         log.debug("producer attached to %s from %s", name or "<anonymous>", conn.peer)
+        if self.tel is not None:
+            self.tel.event("link_up", link, p.address.key if p.address else None, conn.peer)
 
     def _refuse(self, link: object, name: bytes, description: bytes) -> None:
         cond = pn_link_condition(link)
@@ -441,8 +566,12 @@ class Engine:
         if rec is None:
             return
         rec.conn.links.discard(link)
+        if self.tel is not None and rec.__class__ is not RouterLink:
+            self.tel.event("link_down", link, rec.address.key if rec.address else None, rec.conn.peer)
         if rec.__class__ is Consumer:
             self._drop_consumer(rec, link, conn_alive)
+        elif rec.__class__ is RouterLink:
+            self._router_down(rec.conn)
         else:
             self._drop_producer(rec, conn_alive)
 
@@ -462,6 +591,8 @@ class Engine:
                 continue
             outcome = RELEASED if e[4] >= first_unsent else MODIFIED
             self._fail(e, outcome)
+            if self.tel is not None and e[3] is None:
+                self.tel.settled(od, outcome)
             if conn_alive:
                 pn_delivery_settle(od)
         if c.held:
@@ -501,7 +632,7 @@ class Engine:
     # ---- flow -------------------------------------------------------------------------------------------
     def _on_flow(self, link: object) -> None:
         rec = self.links.get(link)
-        if rec is None:
+        if rec is None or rec.__class__ is RouterLink:
             return
         if rec.__class__ is Consumer:
             credit = pn_link_credit(link)
@@ -521,6 +652,9 @@ class Engine:
             return
         if rec.__class__ is Consumer:
             self._on_outcome(d, rec)
+            return
+        if rec.__class__ is RouterLink:
+            self._on_router_delivery(d, link, rec)
             return
         if self.streams:
             s = self.streams.get(d)
@@ -547,6 +681,9 @@ class Engine:
         n = pn_link_recv(link, buf, n)
         pn_link_advance(link)
         rec.credit -= 1
+        if self.tel is not None and rec.credit == 0:
+            self.tel.event("credit_starved_start", link, rec.address.key if rec.address else None,
+                           rec.conn.peer)
         a = rec.address
         if a is None:
             a = self._anonymous_target(d, buf, n, presettled, rec)
@@ -572,12 +709,16 @@ class Engine:
             pn_delivery_settle(od)
             pn_delivery_settle(d)
             self.core.sent_presettled(rec, (c,))
+            if self.tel is not None:
+                self.tel.presettled(a.key, n, True)
         elif c.presettle:
             pn_delivery_settle(od)
             self._accept_handed_over(d, rec)
             self.core.sent_presettled(rec, (c,))
         else:
             self.core.sent(rec, c, d, od)
+            if self.tel is not None:
+                self.tel.arrived(od, n, a.key)
 
     def _send_whole(self, c: Consumer, data: object, n: int) -> object:
         """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
@@ -622,6 +763,12 @@ class Engine:
         self.dirty.add(p.conn)
 
     def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
+        if self.tel is not None:
+            address = p.address.key if p.address else None
+            if presettled:
+                self.tel.presettled(address, 0, False)
+            else:
+                self.tel.unroutable(address, 0)
         if not presettled:
             pn_delivery_update(d, RELEASED)
         pn_delivery_settle(d)
@@ -634,6 +781,12 @@ class Engine:
             return
         core = self.core
         g = None if presettled else core.new_group(d, p)
+        if self.tel is not None:
+            key = consumers[0].address.key
+            if g is not None:
+                self.tel.arrived(g, n, key)
+            else:
+                self.tel.presettled(key, n, True)
         handed_over = 0                     # unsettled copies sent settled to at-most-once consumers
         for c in consumers:
             if c.busy:
@@ -670,6 +823,9 @@ class Engine:
         if stream is not None:                   # decided before the whole message was sent to it
             if g is None:
                 stream.final = OutcomeSnapshot(od, outcome)
+                if self.tel is not None:
+                    self.tel.grew(od, stream.size)
+                    self.tel.settled(od, outcome)
             else:
                 self._copy_done(g, od, outcome, None)
             self._stop_stream_copy(stream, c, od)   # aborts (and so settles) od: do it last
@@ -682,6 +838,8 @@ class Engine:
             pn_delivery_settle(din)
             self.core.count_outcome(outcome)
             self.dirty.add(p.conn)
+        if self.tel is not None and g is None:
+            self.tel.settled(od, outcome)
         pn_delivery_settle(od)
         self.dirty.add(c.conn)
 
@@ -700,6 +858,8 @@ class Engine:
                 pn_delivery_settle(g.in_dlv)
                 self.core.count_outcome(g.outcome)
                 self.dirty.add(p.conn)
+            if self.tel is not None:
+                self.tel.settled(g, g.outcome)
             self.core.group_done(g)
             g.detail = None
 
@@ -786,6 +946,8 @@ class Engine:
                     core.sent_copy(s.group, c, od)
                 else:
                     core.sent(s.producer, c, s.in_dlv, od)
+                    if self.tel is not None:
+                        self.tel.arrived(od, 0, a.key)
             self.dirty.add(c.conn)
 
     def _pump_stream(self, s: Stream) -> None:
@@ -807,6 +969,7 @@ class Engine:
             got = pn_link_recv(link, buf, n)
             if got <= 0:
                 break
+            s.size += got
             if not s.routed:
                 s.prefix += ffi.buffer(buf, got)[:]
                 if not self._route_anonymous_stream(s):
@@ -875,6 +1038,8 @@ class Engine:
                 core.settle(od)
             else:
                 pn_link_advance(c.handle)
+                if self.tel is not None:
+                    self.tel.grew(od, s.size)
                 if s.presettled:
                     pn_delivery_settle(od)
                 elif c.presettle:

@@ -24,7 +24,11 @@ from router.amqp.codec import FlowEchoDetector
 from router.config import NodeConfig
 from router.forwarding.core import RouterCore
 from router.node.connection import BLOCKED, DONE, Connection
+from router.node.connectors import Connector
 from router.node.engine import Engine
+from router.node.mesh import MeshControl
+
+MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +43,16 @@ class NodeServer:
                              config.default_distribution)
         self.core = RouterCore(config.node_id, rules, config.link_capacity)
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
+        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.send_control)
+        self.engine.mesh = self.mesh
+        self.core.on_local_address = self.mesh.local_address
+        self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
+        if config.telemetry is not None:
+            from router.node.telemetry import NodeTelemetry
+            from router.telemetry import TelemetryWriter
+
+            self.engine.tel = NodeTelemetry(TelemetryWriter(config.telemetry, config.node_id), config.node_id)
+        self._mesh_handle: asyncio.TimerHandle | None = None
         self.listeners: list[tuple[socket.socket, str]] = []
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
@@ -54,11 +68,14 @@ class NodeServer:
             sock.bind((lc.host, lc.port))
             sock.listen(128)
             sock.setblocking(False)
-            self.loop.add_reader(sock.fileno(), self._accept, sock, lc.role)
+            self.loop.add_reader(sock.fileno(), self._accept, sock, lc.role, lc.cost)
             self.listeners.append((sock, lc.role))
             host, port = sock.getsockname()[:2]
             self.urls.append((lc.role, f"amqp://{host}:{port}"))
         self._tick()
+        self._mesh_tick()
+        for connector in self.connectors:
+            connector.start()
 
     def stop(self) -> None:
         """Close listeners and every connection; resolves `stopped`."""
@@ -66,17 +83,23 @@ class NodeServer:
             self.loop.remove_reader(sock.fileno())
             sock.close()
         self.listeners = []
+        for connector in self.connectors:
+            connector.stop()
+        if self._mesh_handle is not None:
+            self._mesh_handle.cancel()
         for conn in list(self.engine.conns.values()):
             self._close_socket(conn)
             self.engine.kill(conn)
         self._reap()
+        if self.engine.tel is not None:
+            self.engine.tel.close()                 # writes what is pending
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         if not self.stopped.done():
             self.stopped.set_result(None)
 
     # ---- sockets ------------------------------------------------------------------------------------------
-    def _accept(self, lsock: socket.socket, role: str) -> None:
+    def _accept(self, lsock: socket.socket, role: str, cost: int) -> None:
         while True:
             try:
                 sock, addr = lsock.accept()
@@ -89,9 +112,17 @@ class NodeServer:
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = f"{addr[0]}:{addr[1]}"
-            conn = self.engine.add_connection(sock, peer, role, FlowEchoDetector())
+            conn = self.engine.add_connection(sock, peer, role, FlowEchoDetector(), cost=cost)
             self.loop.add_reader(sock.fileno(), self._readable, conn)
             self._schedule()
+
+    def _connector_connected(self, sock: socket.socket, connector: Connector) -> Connection:
+        conn = self.engine.add_connection(sock, connector.target, connector.config.role, FlowEchoDetector(),
+                                          client=True, cost=connector.config.cost)
+        conn.connector = connector
+        self.loop.add_reader(sock.fileno(), self._readable, conn)
+        self._schedule()
+        return conn
 
     def _readable(self, conn: Connection) -> None:
         if not conn.alive:
@@ -163,6 +194,8 @@ class NodeServer:
         for conn in self.engine.take_dead():
             self._close_socket(conn)
             conn.free()
+            if conn.connector is not None and self.listeners:   # not while stopping
+                conn.connector.lost()
 
     # ---- timers -------------------------------------------------------------------------------------------
     def _tick(self) -> None:
@@ -178,9 +211,21 @@ class NodeServer:
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0
         self._tick_handle = self.loop.call_later(interval, self._tick)
 
+    def _mesh_tick(self) -> None:
+        """Run the link-state engine's timers (HELLO, RA, expiries, path computation)."""
+        try:
+            self.mesh.tick()
+        except Exception:
+            log.exception("internal error in the control plane")
+        if self.engine.dirty:
+            self._schedule()
+        self._mesh_handle = self.loop.call_later(MESH_TICK, self._mesh_tick)
+
     def log_state(self) -> None:
-        """Log the node's table sizes and counters as one JSON line (SIGUSR1)."""
-        log.info("state %s", json.dumps(self.engine.snapshot(), sort_keys=True))
+        """Log the node's table sizes, counters and mesh view as one JSON line (SIGUSR1)."""
+        state = self.engine.snapshot()
+        state["mesh"] = self.mesh.snapshot()
+        log.info("state %s", json.dumps(state, sort_keys=True))
 
 
 async def _serve(config: NodeConfig) -> int:

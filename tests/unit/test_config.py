@@ -539,3 +539,21 @@ def test_error_names_file_from_load_config(tmp_path: Path) -> None:
         load_config(str(path))
     expected = f"{path}: listeners[1].port: out of range: must be between 0 and 65535, got 99999"
     assert str(info.value) == expected
+
+
+def test_telemetry_section() -> None:
+    cfg = parse_config(with_changes(telemetry={"dir": "/tmp/t", "sample": 0.5}), "t.yaml")
+    assert str(cfg.telemetry.dir) == "/tmp/t" and cfg.telemetry.sample == 0.5
+    assert cfg.telemetry.rotate_mb == 64
+    assert parse_config(with_changes(), "t.yaml").telemetry is None
+
+
+@pytest.mark.parametrize("section, path, problem", [
+    ({"sample": 0.5}, "telemetry.dir", "required"),
+    ({"dir": "/tmp/t", "sample": 2}, "telemetry.sample", "from 0 to 1"),
+    ({"dir": "/tmp/t", "rotate_mb": 0}, "telemetry.rotate_mb", "> 0"),
+    ({"dir": "/tmp/t", "every": 1}, "telemetry.every", "unknown key"),
+    ("yes", "telemetry", "mapping"),
+])
+def test_telemetry_errors(section, path, problem) -> None:
+    assert_error(error_for(with_changes(telemetry=section)), path, problem)

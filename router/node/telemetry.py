@@ -1,0 +1,67 @@
+"""The node's telemetry hooks: turn engine happenings into TelemetryWriter records.
+
+The engine calls these only when telemetry is configured (`engine.tel is not None`), so a node without
+telemetry pays one attribute test per message. Each call builds one tuple and appends it; the writer does
+the rest off the hot path (router.telemetry).
+"""
+
+from __future__ import annotations
+
+import time
+
+from cproton_ffi import ffi
+
+from router.forwarding.core import ACCEPTED, MODIFIED, REJECTED, RELEASED
+from router.telemetry import TelemetryWriter
+
+OUTCOME_NAMES = {ACCEPTED: "accepted", REJECTED: "rejected", RELEASED: "released", MODIFIED: "modified"}
+
+
+def link_id(link: object) -> str:
+    """A node-local id for a Proton link, stable while the link lives."""
+    return f"l{int(ffi.cast('uintptr_t', link)):x}"
+
+
+class NodeTelemetry:
+    """Delivery and event records of one node (deliveries from clients: ingress is this node)."""
+
+    def __init__(self, writer: TelemetryWriter, node_id: str) -> None:
+        self.writer = writer
+        self.node_id = node_id
+        self._arrivals: dict[object, tuple[float, int, str]] = {}   # out delivery / group -> arrival
+
+    # ---- deliveries ---------------------------------------------------------------------------------------
+    def arrived(self, key: object, size: int, address: str) -> None:
+        """An unsettled delivery was forwarded; `key` is what its settlement will be reported under."""
+        self._arrivals[key] = (time.time(), size, address)
+
+    def grew(self, key: object, size: int) -> None:
+        """A streamed delivery's final size is known."""
+        entry = self._arrivals.get(key)
+        if entry is not None:
+            self._arrivals[key] = (entry[0], size, entry[2])
+
+    def settled(self, key: object, outcome: int) -> None:
+        """The delivery recorded under `key` was settled upstream with `outcome`."""
+        entry = self._arrivals.pop(key, None)
+        if entry is not None:
+            arrival, size, address = entry
+            self.writer.delivery((address, self.node_id, 0, "client", "client",
+                                  OUTCOME_NAMES.get(outcome, "released"), size, arrival, time.time()))
+
+    def presettled(self, address: str | None, size: int, delivered: bool) -> None:
+        now = time.time()
+        self.writer.delivery((address, self.node_id, 0, "client", "client" if delivered else None,
+                              "presettled" if delivered else "dropped", size, now, now))
+
+    def unroutable(self, address: str | None, size: int) -> None:
+        """An unsettled delivery found no destination and went back RELEASED (or was rejected)."""
+        now = time.time()
+        self.writer.delivery((address, self.node_id, 0, "client", None, "released", size, now, now))
+
+    # ---- events -------------------------------------------------------------------------------------------
+    def event(self, name: str, link: object, address: str | None, peer: str | None) -> None:
+        self.writer.event((name, link_id(link) if link is not None else None, address, peer, time.time()))
+
+    def close(self) -> None:
+        self.writer.close()
