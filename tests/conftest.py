@@ -166,6 +166,8 @@ def _stop(node: NodeProcess) -> list[str]:
     """SIGTERM the node; return the problems found."""
     problems = []
     rc = node.proc.poll()
+    if rc is not None and node.stopped:      # the test stopped or killed it on purpose
+        return problems
     if rc is not None:
         problems.append(f"node {node.node_id} (pid {node.pid}) died during the test with exit code {rc}")
         return problems

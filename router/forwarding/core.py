@@ -130,6 +130,9 @@ class RouterCore:
         # another consumer can take the delivery.
         self.backlog = backlog or (lambda handle: 0)
         self.backlog_limit = backlog_limit
+        # told (key, True) when a mobile address gets its first local consumer and (key, False) when
+        # it loses its last one, so the mesh can advertise it; node-scoped addresses are not mobile
+        self.on_local_address: Callable[[str, bool], None] | None = None
         self.addresses: dict[str, Address] = {}
         self.in_flight: dict[object, InFlight] = {}
         self._grant: set[Producer] = set()      # producers whose credit may need topping up
@@ -165,7 +168,12 @@ class RouterCore:
         a = self._address(source)
         c = Consumer(handle, conn, a, source)
         a.consumers.append(c)
+        if len(a.consumers) == 1 and self.on_local_address is not None and self._mobile(a.key):
+            self.on_local_address(a.key, True)
         return c
+
+    def _mobile(self, key: str) -> bool:
+        return not key.startswith("_topo/")
 
     def add_producer(self, handle: object, conn: object, target: str | None) -> Producer:
         """Register a producer; its first credit comes from `take_credit_actions`."""
@@ -215,6 +223,8 @@ class RouterCore:
                 self._grant.add(p)
         c.unsettled = 0
         self._update_ready(a)
+        if not a.consumers and self.on_local_address is not None and self._mobile(a.key):
+            self.on_local_address(a.key, False)
         if not a.consumers:
             for p in a.producers:
                 if p.credit > 0:

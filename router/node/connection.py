@@ -21,6 +21,7 @@ from cproton_ffi.lib import (
     pn_data_enter,
     pn_data_exit,
     pn_data_put_array,
+    pn_data_put_int,
     pn_data_put_map,
     pn_data_put_string,
     pn_data_put_symbol,
@@ -80,13 +81,18 @@ class Connection:
     """Socket + Proton transport + Proton connection of one peer."""
 
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
-                 "want_write", "echo", "input_closed")
+                 "want_write", "echo", "input_closed", "cost", "client", "router", "connector")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
-                 collector: object, role: str = "normal", echo_detector: object = None) -> None:
+                 collector: object, role: str = "normal", echo_detector: object = None,
+                 client: bool = False, cost: int = 1) -> None:
         self.sock = sock
         self.peer = peer
         self.role = role
+        self.client = client           # we connected out (a connector), so we open and attach first
+        self.cost = cost               # configured inter-router cost of this end
+        self.router: object = None     # inter-router state (router.node.engine.RouterPeer), if any
+        self.connector: object = None  # the connector that made it, if any
         self.alive = True
         self.want_write = False
         self.input_closed = False      # no more input will be read (peer closed, or decode error)
@@ -95,7 +101,8 @@ class Connection:
         self.echo = echo_detector
         c = self.pn_conn = pn_connection()
         t = self.pn_transport = pn_transport()
-        pn_transport_set_server(t)
+        if not client:
+            pn_transport_set_server(t)
         pn_transport_set_max_frame(t, MAX_FRAME)
         if idle_timeout > 0:
             pn_transport_set_idle_timeout(t, int(idle_timeout * 1000))
@@ -110,6 +117,9 @@ class Connection:
         _put_string(props, PRODUCT)
         _put_symbol(props, "version")
         _put_string(props, __version__)
+        if role == "inter-router":
+            _put_symbol(props, "qd.inter-router-cost")
+            pn_data_put_int(props, cost)
         pn_data_exit(props)
         caps = pn_connection_offered_capabilities(c)
         pn_data_put_array(caps, False, PN_SYMBOL)

@@ -1,0 +1,102 @@
+"""Glue between the sans-IO link-state engine (router.linkstate) and the node's inter-router links.
+
+The engine decides; this module only carries its messages: each `Outgoing` becomes one AMQP message per
+link (`to` = its address, application property `opcode`, map body, `x-opt-qd.trace` annotation), sent
+pre-settled on the control link of that inter-router connection; control messages that arrive are decoded
+back into the engine's message maps. The control plane is rare traffic, so the friendly proton.Message
+API is used here, never on the data path.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from proton import Message, symbol
+
+from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
+from router.logs import LogOnce
+
+log = logging.getLogger(__name__)
+
+TRACE = symbol("x-opt-qd.trace")
+
+
+def encode_control(message: Mapping[str, Any]) -> bytes:
+    """An engine message map as AMQP message bytes."""
+    m = Message(address=message["to"], properties={"opcode": message["opcode"]}, body=message["body"])
+    m.annotations = {TRACE: [f"0/{node}" for node in message.get("trace") or ()]}
+    return bytes(m.encode())
+
+
+def decode_control(data: bytes) -> dict[str, Any]:
+    """AMQP message bytes as an engine message map (ControlMessageError if unreadable)."""
+    m = Message()
+    try:
+        m.decode(data)
+    except Exception as exc:          # Proton raises several types for bad input
+        raise ControlMessageError(f"undecodable control message: {exc}") from None
+    props = m.properties or {}
+    trace = (m.annotations or {}).get(TRACE) or []
+    if not isinstance(trace, list):
+        raise ControlMessageError("x-opt-qd.trace must be a list")
+    return {"to": m.address, "opcode": props.get("opcode"), "body": m.body,
+            "trace": [t[2:] if isinstance(t, str) and t.startswith("0/") else t for t in trace]}
+
+
+class MeshControl:
+    """Runs the link-state engine of one node over its inter-router connections."""
+
+    def __init__(self, node_id: str, timers: Mapping[str, float], send: Callable[[object, bytes], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ls = LinkStateEngine(node_id, int(time.time()), LinkStateConfig(**timers))
+        self._send_bytes = send
+        self._clock = clock
+        self._bad = LogOnce(log)
+
+    # ---- events from the node ---------------------------------------------------------------------------
+    def link_up(self, conn: object, peer: object) -> None:
+        self._send(self.ls.link_up(conn, peer.cost, self._clock()))
+
+    def link_down(self, conn: object, peer: object) -> None:
+        log.info("inter-router connection to %s lost", peer.node_id)
+        self._send(self.ls.link_down(conn, self._clock()))
+
+    def on_control(self, conn: object, data: bytes) -> None:
+        try:
+            message = decode_control(data)
+            out = self.ls.handle(message, self._clock(), conn)
+        except ControlMessageError as exc:
+            self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", exc)
+            return
+        self._send(out)
+
+    def tick(self) -> None:
+        self._send(self.ls.tick(self._clock()))
+
+    def local_address(self, key: str, present: bool) -> None:
+        """A mobile address got its first local consumer (present) or lost its last one."""
+        if present:
+            self.ls.add_local_address(key)
+        else:
+            self.ls.remove_local_address(key)
+
+    # ---- output --------------------------------------------------------------------------------------------
+    def _send(self, outgoing: list[Outgoing]) -> None:
+        for out in outgoing:
+            data = encode_control(out.message)
+            for link in out.links:
+                self._send_bytes(link, data)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the control plane knows, for the state dump."""
+        ls = self.ls
+        return {
+            "neighbors": sorted(ls.neighbors),
+            "reachable": sorted(ls.reachable),
+            "next_hops": dict(sorted(ls.next_hops.items())),
+            "costs": dict(sorted(ls.costs.items())),
+            "addresses": {a: sorted(nodes) for a, nodes in sorted(ls.known_addresses.items())},
+        }
