@@ -151,6 +151,8 @@ class NodeServer:
         """Handle all Proton events, apply credit, write output; once per loop iteration."""
         self._pump_scheduled = False
         engine = self.engine
+        if engine.tel is not None:
+            engine.tel.now = time.time()
         try:
             engine.process()
             engine.apply_credit()

@@ -29,11 +29,13 @@ class NodeTelemetry:
         self.writer = writer
         self.node_id = node_id
         self._arrivals: dict[object, tuple[float, int, str]] = {}   # out delivery / group -> arrival
+        # the server sets this once per pump: one clock read per batch of messages, not two per message
+        self.now = time.time()
 
     # ---- deliveries ---------------------------------------------------------------------------------------
     def arrived(self, key: object, size: int, address: str) -> None:
         """An unsettled delivery was forwarded; `key` is what its settlement will be reported under."""
-        self._arrivals[key] = (time.time(), size, address)
+        self._arrivals[key] = (self.now, size, address)
 
     def grew(self, key: object, size: int) -> None:
         """A streamed delivery's final size is known."""
@@ -47,16 +49,16 @@ class NodeTelemetry:
         if entry is not None:
             arrival, size, address = entry
             self.writer.delivery((address, self.node_id, 0, "client", "client",
-                                  OUTCOME_NAMES.get(outcome, "released"), size, arrival, time.time()))
+                                  OUTCOME_NAMES.get(outcome, "released"), size, arrival, self.now))
 
     def presettled(self, address: str | None, size: int, delivered: bool) -> None:
-        now = time.time()
+        now = self.now
         self.writer.delivery((address, self.node_id, 0, "client", "client" if delivered else None,
                               "presettled" if delivered else "dropped", size, now, now))
 
     def unroutable(self, address: str | None, size: int) -> None:
         """An unsettled delivery found no destination and went back RELEASED (or was rejected)."""
-        now = time.time()
+        now = self.now
         self.writer.delivery((address, self.node_id, 0, "client", None, "released", size, now, now))
 
     # ---- events -------------------------------------------------------------------------------------------
