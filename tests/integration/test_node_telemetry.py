@@ -73,4 +73,7 @@ def test_analyze_real_node_records(node_factory, tmp_path):
     html = (out / "report.html").read_text()
     assert "balanced/tel" in html and "<img" in html
     summary = json.loads((out / "summary.json").read_text())
-    assert summary, summary
+    recs = records(tdir)
+    assert summary["deliveries"] == sum(r["kind"] == "delivery" for r in recs) == 8
+    assert summary["events"] == sum(r["kind"] == "event" for r in recs) > 0
+    assert summary["nodes"] == 1 and summary["corrupt_lines"] == 0 and summary["invalid_records"] == 0
