@@ -1,5 +1,6 @@
-"""Command line: ``meshrouter run CONFIG``, ``meshrouter check-config FILE`` (see docs/CONTRACTS.md) and
-``meshrouter analyze RECORDS_DIR --out REPORT_DIR`` (router/analytics)."""
+"""Command line: ``meshrouter run CONFIG``, ``meshrouter check-config FILE`` (see docs/CONTRACTS.md),
+``meshrouter analyze RECORDS_DIR --out REPORT_DIR`` (router/analytics) and
+``meshrouter mesh up|status|down|run TOPOLOGY`` (router/meshctl)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     from router.analytics.cli import add_parser as add_analyze  # no PySpark import until it runs
 
     add_analyze(commands)
+    from router.meshctl.cli import add_parser as add_mesh
+
+    add_mesh(commands)
     return parser
 
 

@@ -1,0 +1,81 @@
+"""``meshrouter mesh up|status|down|run TOPOLOGY [--dir DIR]``: the argument parser and dispatch.
+
+A bad topology or bad arguments print one line and exit 2 (never a traceback); see commands.py for the
+rest of the exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from router.meshctl import commands
+from router.meshctl.rundir import DEFAULT_ROOT, RunDir
+from router.meshctl.topology import TopologyError, load_topology
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def add_parser(commands_: argparse._SubParsersAction) -> None:
+    """Add the ``mesh`` subcommand group to the ``meshrouter`` parser."""
+    mesh = commands_.add_parser("mesh", help="start, inspect and stop a local mesh from a topology file",
+                                description="Run one node process per node of a topology file "
+                                            "(topologies/*.yaml) on this machine.")
+    sub = mesh.add_subparsers(dest="mesh_command", metavar="MESH_COMMAND", required=True)
+    specs = (
+        ("up", "start every node, wait until each one reaches all others, leave them running"),
+        ("status", "show each node: pid, alive, client URL, neighbours, reachable, addresses"),
+        ("down", "stop every node of the mesh (SIGTERM, SIGKILL after 10 s); idempotent"),
+        ("run", "like up, then keep the mesh in the foreground until Ctrl-C, then down"),
+    )
+    for name, help_text in specs:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument("topology", metavar="TOPOLOGY", help="topology file, e.g. topologies/four-node.yaml")
+        p.add_argument("--dir", metavar="DIR",
+                       help=f"run directory: node configs, logs, pid files (default {DEFAULT_ROOT}/<name>)")
+        if name in ("up", "run"):
+            p.add_argument("--timeout", type=_seconds, default=commands.DEFAULT_TIMEOUT, metavar="S",
+                           help=f"give up (exit 1) if not converged after S seconds "
+                                f"(default {commands.DEFAULT_TIMEOUT:g})")
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.set_defaults(func=_dispatch, mesh_action=name)
+
+
+def _context(args: argparse.Namespace) -> commands.Context | None:
+    try:
+        topology = load_topology(args.topology)
+    except TopologyError as err:
+        print(f"meshrouter: error: {err}", file=sys.stderr, flush=True)
+        return None
+    down = ["meshrouter", "mesh", "down", args.topology] + (["--dir", args.dir] if args.dir else [])
+    return commands.Context(topology, RunDir.for_topology(topology.name, args.dir), shlex.join(down))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    ctx = _context(args)
+    action = args.mesh_action
+    if ctx is None:
+        return commands.EXIT_USAGE
+    try:
+        if action == "up":
+            return commands.up(ctx, args.timeout)
+        if action == "run":
+            return commands.run(ctx, args.timeout)
+        if action == "status":
+            return commands.status(ctx, args.json)
+        return commands.down(ctx)
+    except OSError as exc:            # e.g. the run directory cannot be created
+        where = f"{exc.filename}: " if exc.filename else ""
+        ctx.error(f"{where}{exc.strerror or exc}")
+        return commands.EXIT_FAILURE
+
