@@ -17,7 +17,12 @@ from typing import Any
 
 import yaml
 
-from router.config import MAX_COST, ConfigError
+from router.config import (  # the config's validation helpers
+    MAX_COST,
+    ConfigError,
+    _Invalid,
+    _wrong_type,
+)
 
 #: Top-level keys copied into every node config: topology key -> (section, key) in the node config.
 NODE_SETTINGS = {"link_capacity": ("node", "link_capacity"), "idle_timeout": ("node", "idle_timeout"),
@@ -79,12 +84,6 @@ class Topology:
         return f"amqp://{host}:{self.node(node_id).client_port}"
 
 
-class _Invalid(Exception):
-    def __init__(self, key_path: str, problem: str) -> None:
-        super().__init__(key_path, problem)
-        self.key_path, self.problem = key_path, problem
-
-
 def load_topology(path: str | os.PathLike[str]) -> Topology:
     """Read and validate a topology file; every failure is a :class:`TopologyError`."""
     source = os.fsdecode(os.fspath(path))
@@ -115,21 +114,6 @@ def parse_topology(data: object, source: str) -> Topology:
 
 
 # ------------------------------------------------------------------------------------------ checks
-
-
-def _type_name(value: object) -> str:
-    for kind, name in ((type(None), "null"), (bool, "boolean"), (int, "integer"), (float, "float"),
-                       (str, "string"), (Mapping, "mapping"), (list, "list")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-def _wrong_type(value: object, expected: str, path: str) -> _Invalid:
-    got = _type_name(value)
-    if isinstance(value, bool | int | float | str):
-        got += f" {value!r}"
-    return _Invalid(path, f"wrong type: expected {expected}, got {got}")
 
 
 def _mapping(value: object, path: str, allowed: tuple[str, ...]) -> Mapping[Any, Any]:

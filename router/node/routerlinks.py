@@ -88,7 +88,7 @@ def peer_from_open(pn_conn: object, own_cost: int) -> RouterPeer:
     if isinstance(props, dict):
         value = props.get(COST_PROPERTY)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            peer_cost = value
+            peer_cost = int(value)          # Proton gives an int32 subclass
     return RouterPeer(node_id, max(own_cost, peer_cost))
 
 

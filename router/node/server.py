@@ -17,7 +17,7 @@ import socket
 import sys
 import time
 
-from cproton_ffi.lib import pn_transport_tick
+from cproton_ffi.lib import pn_connection_close, pn_transport_tick
 
 from router.addressing import AddressRules
 from router.amqp.codec import FlowEchoDetector
@@ -88,6 +88,9 @@ class NodeServer:
         if self._mesh_handle is not None:
             self._mesh_handle.cancel()
         for conn in list(self.engine.conns.values()):
+            if conn.alive:                  # say goodbye properly so peers do not see an abort
+                pn_connection_close(conn.pn_conn)
+                conn.flush()
             self._close_socket(conn)
             self.engine.kill(conn)
         self._reap()
