@@ -118,3 +118,33 @@ def test_client_links_are_refused_on_inter_router_connections(node_factory):
     r = cl.receiver("svc/x", credit=1, wait=False)
     wait_for(lambda: r.remote_closed, what="the link refused")
     assert r.remote_condition.name == "qd:connection-role"
+
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_connections_between_the_same_pair_are_tolerated(node_factory):
+    """A dials B and B dials A: two inter-router connections join one pair of nodes, and the control
+    plane treats them as one neighbour (losing one of them is not tested yet: no way to cut just one
+    from outside before management exists)."""
+    pa, pb = _free_port(), _free_port()
+    timers = {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0}
+
+    def node(node_id, own, other):
+        return node_factory(node_id, extra={
+            "listeners": [{"host": "127.0.0.1", "port": 0, "role": "normal"},
+                          {"host": "127.0.0.1", "port": own, "role": "inter-router"}],
+            "connectors": [{"host": "127.0.0.1", "port": other}], "router": timers})
+
+    a = node("A", pa, pb)
+    b = node("B", pb, pa)
+    wait_for(lambda: converged([a, b]) and node_state(a)["connections"] == 2, what="two connections A-B")
+    assert mesh_view(a)["neighbors"] == ["B"] and mesh_view(b)["neighbors"] == ["A"]
+    time.sleep(1.0)                                   # several HELLO periods: still stable
+    assert converged([a, b]) and mesh_view(a)["costs"] == {"B": 1}
