@@ -27,8 +27,9 @@ from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, NodeConfig, load_config
 from router.forwarding.core import RouterCore
 from router.logs import setup_logging
-from router.node.connection import BLOCKED, DONE, Connection
+from router.node.connection import Connection
 from router.node.engine import Engine
+from router.node.pump import pump
 
 log = logging.getLogger("selectors_server")
 
@@ -149,30 +150,13 @@ class SelectorsNode:
         self.pending = False
         engine = self.engine
         try:
-            engine.process()
-            engine.apply_credit()
-            self._flush()
-            if engine.paused:
-                engine.resume_streams()
-                engine.apply_credit()
-                self._flush()
+            pump(engine, self._write_interest)
         except Exception:
             log.exception("internal error while processing events")
         self._reap()
 
-    def _flush(self) -> None:
-        engine = self.engine
-        dirty, engine.dirty = engine.dirty, set()
-        for conn in dirty:
-            if not conn.alive:
-                continue
-            state = conn.flush()
-            blocked = state == BLOCKED
-            if blocked != conn.want_write:
-                conn.want_write = blocked
-                self.sel.modify(conn.sock, READ | WRITE if blocked else READ, conn)
-            if state == DONE and conn.finished():
-                engine.kill(conn)
+    def _write_interest(self, conn: Connection, on: bool) -> None:
+        self.sel.modify(conn.sock, READ | WRITE if on else READ, conn)
 
     def _close_socket(self, conn: Connection) -> None:
         try:

@@ -23,10 +23,11 @@ from router.addressing import AddressRules
 from router.amqp.codec import FlowEchoDetector
 from router.config import NodeConfig
 from router.forwarding.core import RouterCore
-from router.node.connection import BLOCKED, DONE, Connection
+from router.node.connection import Connection
 from router.node.connectors import Connector
 from router.node.engine import Engine
 from router.node.mesh import MeshControl
+from router.node.pump import pump
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 
@@ -157,33 +158,16 @@ class NodeServer:
         if engine.tel is not None:
             engine.tel.now = time.time()
         try:
-            engine.process()
-            engine.apply_credit()
-            self._flush()
-            if engine.paused:                # writing made room for paused large messages
-                engine.resume_streams()
-                engine.apply_credit()
-                self._flush()
+            pump(engine, self._write_interest)
         except Exception:                    # a bug must not take the whole node down silently
             log.exception("internal error while processing events")
         self._reap()
 
-    def _flush(self) -> None:
-        engine = self.engine
-        dirty, engine.dirty = engine.dirty, set()
-        for conn in dirty:
-            if not conn.alive:
-                continue
-            state = conn.flush()
-            blocked = state == BLOCKED
-            if blocked != conn.want_write:
-                conn.want_write = blocked
-                if blocked:
-                    self.loop.add_writer(conn.sock.fileno(), self._writable, conn)
-                else:
-                    self.loop.remove_writer(conn.sock.fileno())
-            if state == DONE and conn.finished():
-                engine.kill(conn)
+    def _write_interest(self, conn: Connection, on: bool) -> None:
+        if on:
+            self.loop.add_writer(conn.sock.fileno(), self._writable, conn)
+        else:
+            self.loop.remove_writer(conn.sock.fileno())
 
     def _close_socket(self, conn: Connection) -> None:
         try:
