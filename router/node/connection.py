@@ -132,6 +132,8 @@ class Connection:
     def read(self) -> list | None:
         """Read what the socket has into the transport. Returns echo requests seen, if any."""
         t = self.pn_transport
+        if self.input_closed:
+            return None
         cap = pn_transport_capacity(t)
         if cap <= 0:                      # no room yet, or the input side is closed
             self.input_closed = cap < 0
@@ -176,8 +178,10 @@ class Connection:
         if p < 0:
             return DONE
         if p == 0 and self.input_closed:
-            # Proton has nothing more to say: after an input error it closes only the input side
+            # Nothing more to say and nothing more to read (an input error, or the node gave up on
+            # the connection): close both sides so the connection can be torn down now
             pn_transport_close_head(t)
+            pn_transport_close_tail(t)
             return DONE
         return FLUSHED
 

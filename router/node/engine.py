@@ -98,7 +98,6 @@ from cproton_ffi.lib import (
     pn_terminus_get_address,
     pn_terminus_is_dynamic,
     pn_terminus_set_address,
-    pn_transport_close_tail,
     pn_transport_condition,
     pn_transport_connection,
 )
@@ -314,7 +313,7 @@ class Engine:
             pn_connection_close(conn.pn_conn)
             for link in list(conn.links):
                 self._drop_link(link, conn_alive=True)
-            pn_transport_close_tail(conn.pn_transport)   # write the close, then the socket goes
+            conn.input_closed = True    # read nothing more; the socket goes once the close is written
             self.dirty.add(conn)
 
     def apply_credit(self) -> None:
@@ -573,7 +572,7 @@ class Engine:
         elif rec.__class__ is RouterLink:
             self._router_down(rec.conn)
         else:
-            self._drop_producer(rec, conn_alive)
+            self._drop_producer(rec)
 
     def _drop_consumer(self, c: Consumer, link: object, conn_alive: bool) -> None:
         queued = pn_link_queued(link)
@@ -600,7 +599,7 @@ class Engine:
                 self._release_held(item)
         c.held = None
 
-    def _drop_producer(self, p: Producer, conn_alive: bool) -> None:
+    def _drop_producer(self, p: Producer) -> None:
         self.core.remove_producer(p)
         for d, s in [(d, s) for d, s in self.streams.items() if s.producer is p]:
             del self.streams[d]

@@ -1,0 +1,74 @@
+"""A bug while handling one connection's event closes that connection only (in-process engine)."""
+
+import logging
+import socket
+
+from cproton_ffi.lib import PN_LINK_REMOTE_OPEN
+from proton import Connection as PnConnection
+from proton import Transport
+
+from router.addressing import AddressRules
+from router.forwarding.core import RouterCore
+from router.node.engine import Engine
+from router.node.pump import pump
+
+
+def _client_bytes() -> tuple[Transport, PnConnection]:
+    """A Proton client that opens a connection, a session and a receiver link."""
+    t = Transport()
+    c = PnConnection()
+    t.bind(c)
+    c.open()
+    ssn = c.session()
+    ssn.open()
+    r = ssn.receiver("r")
+    r.source.address = "q"
+    r.open()
+    return t, c
+
+
+def _exchange(engine, conn, sock_peer, t) -> None:
+    """Move bytes both ways a few times."""
+    for _ in range(5):
+        out = t.peek(t.pending()) if t.pending() > 0 else b""
+        if out:
+            sock_peer.sendall(out)
+            t.pop(len(out))
+        conn.read()
+        pump(engine, lambda c, on: None)
+        try:
+            data = sock_peer.recv(65536)
+        except BlockingIOError:
+            data = b""
+        if data:
+            t.push(data)
+
+
+def test_exception_in_a_handler_closes_only_that_connection(caplog):
+    engine = Engine(RouterCore("A", AddressRules([])), "A", 16)
+
+    def boom(ev):
+        raise RuntimeError("injected fault")
+
+    engine._rare[PN_LINK_REMOTE_OPEN] = boom
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    conn = engine.add_connection(ours, "peer")
+    t, client = _client_bytes()
+    with caplog.at_level(logging.ERROR, logger="router.node.engine"):
+        _exchange(engine, conn, theirs, t)
+    assert "internal error handling PN_LINK_REMOTE_OPEN" in caplog.text
+    assert "injected fault" in caplog.text
+    assert client.remote_condition is not None
+    assert client.remote_condition.name == "amqp:internal-error"
+    # the engine keeps working: a second, healthy connection opens normally
+    del engine._rare[PN_LINK_REMOTE_OPEN]
+    ours2, theirs2 = socket.socketpair()
+    ours2.setblocking(False)
+    theirs2.setblocking(False)
+    conn2 = engine.add_connection(ours2, "peer2")
+    t2, client2 = _client_bytes()
+    _exchange(engine, conn2, theirs2, t2)
+    assert client2.remote_condition is None
+    assert client2.state & PnConnection.REMOTE_ACTIVE
