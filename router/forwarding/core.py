@@ -21,9 +21,11 @@ table, no allocations beyond one tuple per forwarded delivery.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from router.addressing import MULTICAST, AddressRules, address_key, dynamic_address
+from router.addressing import MULTICAST, AddressRules, address_key, dynamic_address, topo_prefix
+
+TOPO = "_topo/0/"
 
 # Delivery outcome codes: the AMQP 1.0 descriptor codes (equal to Proton's PN_ACCEPTED etc.).
 RECEIVED = 0x23
@@ -36,10 +38,26 @@ TERMINAL = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
 OUTCOME_RANK = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
 
 
-class Address:
-    """One routable address: its distribution and the local links using it."""
+class RemoteDest:
+    """A node elsewhere in the mesh that has consumers for an address, and how to reach it."""
 
-    __slots__ = ("key", "distribution", "multicast", "consumers", "producers", "rr", "ready")
+    __slots__ = ("node", "cost", "out", "unsettled")
+
+    def __init__(self, node: str, cost: int, out: Consumer) -> None:
+        self.node = node
+        self.cost = cost           # path cost from this node
+        self.out = out             # the data-out link of the next hop toward it
+        self.unsettled = 0         # deliveries of this address sent toward it, not yet settled
+
+    def __repr__(self) -> str:
+        return f"RemoteDest({self.node!r}, cost={self.cost}, unsettled={self.unsettled})"
+
+
+class Address:
+    """One routable address: its distribution, the local links using it and its remote destinations."""
+
+    __slots__ = ("key", "distribution", "multicast", "consumers", "producers", "rr", "ready", "remote",
+                 "links")
 
     def __init__(self, key: str, distribution: str) -> None:
         self.key = key
@@ -48,7 +66,11 @@ class Address:
         self.consumers: list[Consumer] = []
         self.producers: list[Producer] = []
         self.rr = 0                # round-robin cursor for `closest` (and balanced ties)
-        self.ready = False         # at least one consumer with credit
+        self.ready = False         # a local consumer with credit, or a reachable remote destination
+        # other nodes with consumers, cheapest first (empty on a single node: the fast path)
+        self.remote: list[RemoteDest] = []
+        # multicast: (next-hop data-out link, nodes behind it that have the address)
+        self.links: list[tuple[Consumer, frozenset[str]]] = []
 
     def __repr__(self) -> str:
         return f"Address({self.key!r}, {self.distribution}, consumers={len(self.consumers)})"
@@ -58,7 +80,7 @@ class Consumer:
     """A link on which the node sends to a client receiver (our sender link)."""
 
     __slots__ = ("handle", "conn", "address", "credit", "unsettled", "delivered", "alive", "name", "busy",
-                 "held", "presettle")
+                 "held", "presettle", "peer")
 
     def __init__(self, handle: object, conn: object, address: Address, name: str) -> None:
         self.handle = handle
@@ -72,13 +94,14 @@ class Consumer:
         self.busy = False          # a multi-frame delivery is being streamed on it
         self.held: list | None = None  # deliveries waiting for the stream in progress (adapter-owned)
         self.presettle = False     # it asked for snd-settle-mode=settled: everything goes pre-settled
+        self.peer: str | None = None  # set on the data-out link to a peer node: its node id
 
 
 class Producer:
     """A link on which a client sends to the node (our receiver link)."""
 
     __slots__ = ("handle", "conn", "address", "credit", "in_flight", "draining", "delivered", "alive",
-                 "name")
+                 "name", "router")
 
     def __init__(self, handle: object, conn: object, address: Address | None, name: str) -> None:
         self.handle = handle
@@ -90,6 +113,7 @@ class Producer:
         self.draining = False
         self.delivered = 0
         self.alive = True
+        self.router = False        # the data-in link from a peer node (routed by x-opt-qd.to)
 
     @property
     def anonymous(self) -> bool:
@@ -109,8 +133,9 @@ class McastGroup:
         self.detail: object = None  # adapter's snapshot of the best outcome's details
 
 
-# In-flight entry: (in_dlv, producer, consumer, group-or-None, seq), keyed by the outbound delivery handle;
-# seq is the consumer's `delivered` count when it was sent, so the adapter can tell sent from queued.
+# In-flight entry: (in_dlv, producer, consumer, group-or-None, seq, remote-dest-or-None), keyed by the
+# outbound delivery handle; seq is the consumer's `delivered` count when it was sent, so the adapter can
+# tell sent from queued; the remote destination (anycast toward another node) has its count decremented.
 InFlight = tuple
 
 
@@ -138,22 +163,53 @@ class RouterCore:
         self._grant: set[Producer] = set()      # producers whose credit may need topping up
         self._drain: set[Producer] = set()      # producers to drain (address lost its consumers)
         self.counters = {"accepted": 0, "rejected": 0, "released": 0, "modified": 0,
-                         "presettled": 0, "dropped_presettled": 0, "unroutable": 0, "delivered": 0}
+                         "presettled": 0, "dropped_presettled": 0, "unroutable": 0, "delivered": 0,
+                         "hop_limit": 0}
+        # the mesh (set by `set_routes`): reachable node -> (path cost, next-hop data-out link), the
+        # mesh radius (hop limit) and, for multicast, node -> origins whose tree passes through us
+        self.nodes: dict[str, tuple[int, Consumer]] = {}
+        self.radius = 0
+        self._valid_origins: Callable[[], Mapping[str, frozenset[str]]] = dict
+        self._origins_cache: Mapping[str, frozenset[str]] | None = None
+        self._node_addresses: dict[str, Address] = {}   # node -> its `_topo/0/<node>/` route
+        self._topo = topo_prefix(node_id)
 
     # ---- address table -------------------------------------------------------------------------------
     def lookup(self, name: str) -> Address | None:
         """The address for a message `to` (anonymous relay); None when nothing uses it here."""
-        return self.addresses.get(address_key(name, self.node_id))
+        return self.lookup_key(address_key(name, self.node_id))
+
+    def lookup_key(self, key: str) -> Address | None:
+        """The address for a routing key; `_topo/0/<other>/...` resolves to that node's route."""
+        a = self.addresses.get(key)
+        if a is None and key.startswith(TOPO) and not key.startswith(self._topo):
+            return self._node_addresses.get(key[8:key.find("/", 8)])
+        return a
 
     def _address(self, name: str) -> Address:
         key = address_key(name, self.node_id)
         a = self.addresses.get(key)
         if a is None:
             a = self.addresses[key] = Address(key, self.rules.distribution(key))
+            node = self._scoped_node(key)
+            if node is not None:
+                a.remote = self._node_route(node)
+                a.ready = bool(a.remote)
         return a
 
+    def _scoped_node(self, key: str) -> str | None:
+        """The other node a `_topo/0/<node>/...` key names (None: not node-scoped, or scoped to us)."""
+        if key.startswith(TOPO) and not key.startswith(self._topo):
+            end = key.find("/", 8)
+            return key[8:end] if end > 8 else None
+        return None
+
+    def _node_route(self, node: str) -> list[RemoteDest]:
+        route = self.nodes.get(node)
+        return [RemoteDest(node, route[0], route[1])] if route is not None else []
+
     def _forget_if_unused(self, a: Address) -> None:
-        if not a.consumers and not a.producers and self.addresses.get(a.key) is a:
+        if not a.consumers and not a.producers and not a.remote and self.addresses.get(a.key) is a:
             del self.addresses[a.key]
 
     def new_dynamic_address(self) -> str:
@@ -174,6 +230,20 @@ class RouterCore:
 
     def _mobile(self, key: str) -> bool:
         return not key.startswith("_topo/")
+
+    def add_router_consumer(self, handle: object, conn: object, peer: str) -> Consumer:
+        """The data-out link to peer node `peer`: a destination for every address routed through it."""
+        c = Consumer(handle, conn, Address("_router/" + peer, "closest"), "_router/" + peer)
+        c.address.consumers.append(c)       # a private address, never in the table
+        c.peer = peer
+        return c
+
+    def add_router_producer(self, handle: object, conn: object, peer: str) -> Producer:
+        """The data-in link from peer node `peer`: routed per message, credit replenished on forwarding."""
+        p = Producer(handle, conn, None, "_router/" + peer)
+        p.router = True
+        self._grant.add(p)
+        return p
 
     def add_producer(self, handle: object, conn: object, target: str | None) -> Producer:
         """Register a producer; its first credit comes from `take_credit_actions`."""
@@ -198,11 +268,12 @@ class RouterCore:
             p.draining = False
 
     def _update_ready(self, a: Address) -> None:
-        ready = False
-        for c in a.consumers:
-            if c.credit > 0:
-                ready = True
-                break
+        ready = bool(a.remote)
+        if not ready:
+            for c in a.consumers:
+                if c.credit > 0:
+                    ready = True
+                    break
         if ready != a.ready:
             a.ready = ready
             if ready:
@@ -221,11 +292,16 @@ class RouterCore:
                 p = e[1]
                 p.in_flight -= 1
                 self._grant.add(p)
+        for _od, e in left:
+            if e[5] is not None:
+                e[5].unsettled -= 1
         c.unsettled = 0
+        if c.peer is not None:
+            return left
         self._update_ready(a)
         if not a.consumers and self.on_local_address is not None and self._mobile(a.key):
             self.on_local_address(a.key, False)
-        if not a.consumers:
+        if not a.consumers and not a.remote:
             for p in a.producers:
                 if p.credit > 0:
                     self._drain.add(p)
@@ -292,11 +368,189 @@ class RouterCore:
         return [c for c in a.consumers
                 if not c.busy and (c.credit > 0 or self.backlog(c.handle) < cap)]
 
+    # ---- the mesh ------------------------------------------------------------------------------------------
+    def set_routes(self, nodes: Mapping[str, tuple[int, Consumer]], holders: Mapping[str, Iterable[str]],
+                   radius: int, valid_origins: Callable[[], Mapping[str, frozenset[str]]]) -> None:
+        """Take a new view of the mesh (after the control plane changed it).
+
+        `nodes`: each reachable node -> (path cost, data-out link of the next hop toward it);
+        `holders`: each mobile address -> the other nodes that have consumers for it (reachable or not);
+        `valid_origins` computes, when multicast needs it, node -> origins whose shortest-path tree
+        reaches it through this node. Addresses gain or lose remote destinations; producers of an
+        address that becomes ready get credit, those of one left with no destination are drained.
+        """
+        self.nodes = dict(nodes)
+        self.radius = radius
+        self._valid_origins = valid_origins
+        self._origins_cache = None
+        self._node_addresses = {}
+        for node, (cost, out) in self.nodes.items():
+            a = self._node_addresses[node] = Address(self._topo_of(node), "closest")
+            a.remote = [RemoteDest(node, cost, out)]
+            a.ready = True
+        wanted: dict[str, list[str]] = {}
+        for key, where in holders.items():
+            reachable = [n for n in where if n in self.nodes]
+            if reachable:
+                wanted[key] = reachable
+        for key in wanted:
+            if key not in self.addresses:
+                self.addresses[key] = Address(key, self.rules.distribution(key))
+        for a in list(self.addresses.values()):
+            node = self._scoped_node(a.key)
+            if node is not None:
+                self._set_remote(a, [node] if node in self.nodes else [])
+            elif a.remote or a.key in wanted:
+                self._set_remote(a, wanted.get(a.key, []))
+
+    def _topo_of(self, node: str) -> str:
+        return TOPO + node + "/"
+
+    def _set_remote(self, a: Address, nodes: list[str]) -> None:
+        old = {d.node: d for d in a.remote}
+        remote = []
+        for node in nodes:
+            cost, out = self.nodes[node]
+            d = old.get(node)
+            if d is None:
+                d = RemoteDest(node, cost, out)
+            else:
+                d.cost, d.out = cost, out
+            remote.append(d)
+        remote.sort(key=lambda d: (d.cost, d.node))
+        a.remote = remote
+        by_link: dict[Consumer, set[str]] = {}
+        for d in remote:
+            by_link.setdefault(d.out, set()).add(d.node)
+        a.links = [(out, frozenset(behind)) for out, behind in by_link.items()]
+        self._update_ready(a)
+        if not a.remote:
+            if not a.consumers:
+                for p in a.producers:
+                    if p.credit > 0:
+                        self._drain.add(p)
+            self._forget_if_unused(a)
+
+    def pick_mesh(self, a: Address, came_from: str | None = None
+                  ) -> tuple[Consumer | None, RemoteDest | None]:
+        """A destination for an anycast delivery when `a` has remote destinations.
+
+        Returns (consumer, None) for a local consumer and (next-hop data-out link, destination) for a
+        remote one. A delivery that came from peer `came_from` is delivered here if a local consumer
+        has credit (the upstream node chose this one) and is never sent back to that peer.
+        """
+        if a.distribution == "balanced" and came_from is None:
+            return self._pick_balanced(a)
+        consumers = a.consumers
+        if consumers:
+            c = self.pick(a)
+            if c is not None and c.credit > 0 and not c.busy:
+                return c, None
+        best: RemoteDest | None = None
+        ties: list[RemoteDest] = []
+        for d in a.remote:
+            if not d.out.alive or d.out.peer == came_from:
+                continue
+            if best is None:
+                best = d
+            elif d.cost != best.cost:
+                break
+            ties.append(d)
+        if len(ties) > 1:
+            best = ties[a.rr % len(ties)]
+            a.rr += 1
+        if best is not None:
+            return best.out, best
+        if consumers:
+            return self.pick(a), None
+        return None, None
+
+    def _pick_balanced(self, a: Address) -> tuple[Consumer | None, RemoteDest | None]:
+        """Fewest outstanding deliveries wins, remote ones weighted by path cost once they have any.
+
+        The start rotates, so equal scores (sequential calls: every score 0) take turns and no
+        destination with credit starves; slower or farther ones collect deliveries and get less.
+        """
+        consumers = a.consumers
+        remote = a.remote
+        nl = len(consumers)
+        n = nl + len(remote)
+        start = a.rr % n
+        a.rr = start + 1
+        best_c: Consumer | None = None
+        best_d: RemoteDest | None = None
+        best_score = 1 << 62
+        for k in range(n):
+            i = (start + k) % n
+            if i < nl:
+                c = consumers[i]
+                score = c.unsettled if c.credit > 0 and not c.busy else c.unsettled + (1 << 40)
+                if score < best_score:
+                    best_c, best_d, best_score = c, None, score
+            else:
+                d = remote[i - nl]
+                out = d.out
+                if not out.alive:
+                    continue
+                score = d.unsettled + d.cost if d.unsettled else 0
+                if out.busy:
+                    score += 1 << 40
+                if score < best_score:
+                    best_c, best_d, best_score = out, d, score
+            if best_score == 0:
+                break
+        return best_c, best_d
+
+    def mesh_fanout(self, a: Address, presettled: bool, origin: str | None, trace: Iterable[str] = (),
+                    came_from: str | None = None) -> list[Consumer]:
+        """Every destination of a multicast delivery: local consumers plus one data-out link per next hop.
+
+        A link is used only toward nodes whose shortest-path tree from the delivery's `origin` (None:
+        this node) passes through here, and never toward a peer in the delivery's trace or the peer it
+        came from, so in meshes with redundant paths each consumer gets exactly one copy.
+        """
+        out = self.fanout(a, presettled) if a.consumers else []
+        if a.links:
+            seen = set(trace)
+            if came_from is not None:
+                seen.add(came_from)
+            origins = None
+            for link, behind in a.links:
+                if not link.alive or link.peer in seen:
+                    continue
+                if origin is not None and origin != self.node_id:
+                    if origins is None:
+                        origins = self.valid_origins()
+                    if not any(origin in origins.get(n, ()) for n in behind):
+                        continue
+                out.append(link)
+        return out
+
+    def valid_origins(self) -> Mapping[str, frozenset[str]]:
+        """Node -> origins whose tree reaches it through this node (computed once per route change)."""
+        if self._origins_cache is None:
+            self._origins_cache = self._valid_origins()
+        return self._origins_cache
+
+    def route_hops_ok(self, hops: int) -> bool:
+        """False when a delivery has crossed more nodes than any shortest path has (a loop): drop it."""
+        if hops > self.radius + 1:
+            self.counters["hop_limit"] += 1
+            return False
+        return True
+
+    def forwarded(self, p: Producer) -> None:
+        """A delivery from a peer's data-in link was passed on: its window may be replenished."""
+        self._grant.add(p)
+
     # ---- bookkeeping of forwarded deliveries -----------------------------------------------------------
-    def sent(self, p: Producer, c: Consumer, in_dlv: object, out_dlv: object) -> None:
-        """An unsettled delivery from `p` went to `c` as `out_dlv`."""
+    def sent(self, p: Producer, c: Consumer, in_dlv: object, out_dlv: object,
+             rd: RemoteDest | None = None) -> None:
+        """An unsettled delivery from `p` went to `c` as `out_dlv` (toward remote destination `rd`)."""
         c.delivered += 1
-        self.in_flight[out_dlv] = (in_dlv, p, c, None, c.delivered)
+        self.in_flight[out_dlv] = (in_dlv, p, c, None, c.delivered, rd)
+        if rd is not None:
+            rd.unsettled += 1
         c.unsettled += 1
         p.in_flight += 1
         p.delivered += 1
@@ -325,7 +579,7 @@ class RouterCore:
     def sent_copy(self, g: McastGroup, c: Consumer, out_dlv: object) -> None:
         """One copy of an unsettled multicast delivery went to `c`."""
         c.delivered += 1
-        self.in_flight[out_dlv] = (g.in_dlv, g.producer, c, g, c.delivered)
+        self.in_flight[out_dlv] = (g.in_dlv, g.producer, c, g, c.delivered, None)
         g.pending += 1
         c.unsettled += 1
         c.credit -= 1
@@ -347,6 +601,8 @@ class RouterCore:
         e = self.in_flight.pop(out_dlv, None)
         if e is not None:
             e[2].unsettled -= 1
+            if e[5] is not None:
+                e[5].unsettled -= 1
             if e[3] is None:
                 p = e[1]
                 p.in_flight -= 1
@@ -387,7 +643,9 @@ class RouterCore:
                 a = p.address
                 if a is not None and not a.ready:
                     continue
-                give = cap - p.in_flight - p.credit
+                # a peer's data-in link: its window is replenished as deliveries are forwarded (not
+                # settled), so one slow consumer never starves the link every address shares
+                give = cap - p.credit if p.router else cap - p.in_flight - p.credit
                 if p.draining:
                     # a consumer is back: any FLOW (even of 0 credit) ends the drain we asked for
                     p.draining = False
@@ -406,7 +664,7 @@ class RouterCore:
         if self._drain:
             for p in self._drain:
                 a = p.address
-                if p.alive and a is not None and not a.consumers and p.credit > 0:
+                if p.alive and a is not None and not a.consumers and not a.remote and p.credit > 0:
                     p.draining = True
                     drains.append(p)
             self._drain.clear()
@@ -423,7 +681,8 @@ class RouterCore:
         return {
             "node": self.node_id,
             "addresses": {a.key: {"distribution": a.distribution, "consumers": len(a.consumers),
-                                  "producers": len(a.producers), "ready": a.ready}
+                                  "producers": len(a.producers), "ready": a.ready,
+                                  "remote": [d.node for d in a.remote]}
                           for a in self.addresses.values()},
             "in_flight": len(self.in_flight),
             "counters": dict(self.counters),

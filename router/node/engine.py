@@ -102,6 +102,8 @@ from cproton_ffi.lib import (
     pn_transport_connection,
 )
 
+from router.addressing import address_key
+from router.amqp.annotations import AnnotationLayout, RouterAnnotations, trace_nodes, with_hop
 from router.amqp.codec import IncompleteError, MalformedError, scan_message
 from router.forwarding.core import (
     ACCEPTED,
@@ -109,9 +111,11 @@ from router.forwarding.core import (
     REJECTED,
     RELEASED,
     TERMINAL,
+    Address,
     Consumer,
     McastGroup,
     Producer,
+    RemoteDest,
     RouterCore,
 )
 from router.node.connection import Connection
@@ -160,11 +164,21 @@ class _RejectNoTo:
                      b"anonymous relay: the message has no readable 'to' address")
 
 
+class _PeerProbe:
+    """Stands for 'a consumer on a peer node' when asking for the annotated version of a message."""
+
+    __slots__ = ()
+    peer = "?"
+
+
+_TO_PEER = _PeerProbe()
+
+
 class Stream:
     """A multi-frame inbound delivery being passed on chunk by chunk."""
 
     __slots__ = ("in_dlv", "in_link", "producer", "outs", "group", "presettled", "prefix", "routed",
-                 "final", "size")
+                 "final", "size", "payload")
 
     def __init__(self, in_dlv: object, in_link: object, producer: Producer) -> None:
         self.in_dlv = in_dlv
@@ -179,6 +193,7 @@ class Stream:
         # was lost, or the message could not be routed); applied when the last frame has arrived
         self.final: object = None
         self.size = 0                          # bytes read so far
+        self.payload = None                    # mesh: consumer -> its version of the prefix
 
 
 class Engine:
@@ -196,10 +211,13 @@ class Engine:
         self.streams: dict[object, Stream] = {}        # inbound pn_delivery_t* -> Stream
         self.stream_outs: dict[object, Stream] = {}    # outbound pn_delivery_t* of a stream -> Stream
         self.paused: set[Stream] = set()
+        self._key = ""                                 # routing key of the last anonymous message routed
         # the mesh control plane (router.node.mesh.MeshControl); told when inter-router connections
         # come and go and given the control messages that arrive on them
         self.mesh: object = None
         self.tel: object = None      # router.node.telemetry.NodeTelemetry when telemetry is configured
+        self._links_epoch = 0        # bumped when a data link to a peer comes or goes
+        self._routes_synced: tuple[int, int, int] | None = None
         self._bufsize = 64 * 1024
         self._buf = ffi.new("char[]", self._bufsize)
         self._tagnum = ffi.new("uint64_t *")
@@ -356,12 +374,22 @@ class Engine:
                     self._register_router_link(rl, conn, is_sender)
 
     def _register_router_link(self, rl: RouterLink, conn: Connection, is_sender: bool) -> None:
+        """Control links stay RouterLinks; the data links become a core consumer (out) and producer (in)."""
         rl.conn = conn
-        self.links[rl.handle] = rl
+        peer = conn.router
+        peer.add(rl)
         conn.links.add(rl.handle)
-        conn.router.add(rl)
-        if not is_sender and rl.kind == CONTROL:
-            pn_link_flow(rl.handle, CONTROL_CREDIT)
+        if rl.kind == CONTROL:
+            self.links[rl.handle] = rl
+            if not is_sender:
+                pn_link_flow(rl.handle, CONTROL_CREDIT)
+            return
+        if is_sender:
+            self.links[rl.handle] = peer.data_consumer = self.core.add_router_consumer(
+                rl.handle, conn, peer.node_id)
+        else:
+            self.links[rl.handle] = self.core.add_router_producer(rl.handle, conn, peer.node_id)
+        self.routes_changed()
 
     def _close_connection(self, conn: Connection, name: bytes, description: bytes) -> None:
         cond = pn_connection_condition(conn.pn_conn)
@@ -396,6 +424,30 @@ class Engine:
         pn_link_advance(out)
         pn_delivery_settle(od)
         self.dirty.add(conn)
+
+    # ---- the mesh's view, given to the core -----------------------------------------------------------
+    def routes_changed(self) -> None:
+        """A data link to a peer came or went: the core's remote destinations need a new look."""
+        self._links_epoch += 1
+
+    def sync_routes(self) -> None:
+        """Give the core the control plane's current view when it changed (cheap when it did not)."""
+        mesh = self.mesh
+        if mesh is None:
+            return
+        ls = mesh.ls
+        epoch = (ls.routes_epoch, ls.addresses_epoch, self._links_epoch)
+        if epoch == self._routes_synced:
+            return
+        self._routes_synced = epoch
+        nodes = {}
+        for node, cost in ls.costs.items():
+            conn = ls.link_to(node)
+            peer = getattr(conn, "router", None)
+            out = peer.data_consumer if peer is not None else None
+            if out is not None and out.alive and conn.alive:
+                nodes[node] = (cost, out)
+        self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins)
 
     def _on_connection_close(self, ev: object) -> None:
         conn = self._conn_of(ev)
@@ -491,10 +543,6 @@ class Engine:
         buf = ffi.new("char[]", max(n, 1))
         n = pn_link_recv(link, buf, n)
         pn_link_advance(link)
-        if rl.kind != CONTROL:                       # data across the mesh: not routed yet
-            pn_delivery_update(d, RELEASED)
-            pn_delivery_settle(d)
-            return
         pn_delivery_settle(d)
         if pn_link_credit(link) < CONTROL_CREDIT // 2:
             pn_link_flow(link, CONTROL_CREDIT - pn_link_credit(link))
@@ -569,6 +617,8 @@ class Engine:
             self.tel.event("link_down", link, rec.address.key if rec.address else None, rec.conn.peer)
         if rec.__class__ is Consumer:
             self._drop_consumer(rec, link, conn_alive)
+            if rec.peer is not None:
+                self.routes_changed()
         elif rec.__class__ is RouterLink:
             self._router_down(rec.conn)
         else:
@@ -615,7 +665,7 @@ class Engine:
 
     def _fail(self, e: tuple, outcome: int) -> None:
         """An in-flight delivery's consumer is gone: tell the producer RELEASED or MODIFIED(failed)."""
-        din, p, _c, g, _seq = e
+        din, p, g = e[0], e[1], e[3]
         if g is not None:
             self._copy_done(g, None, outcome, NodeOutcome(outcome))
             return
@@ -685,9 +735,18 @@ class Engine:
                            rec.conn.peer)
         a = rec.address
         if a is None:
+            if rec.router:
+                self._from_router(d, rec, ffi.buffer(buf, n)[:], presettled)
+                return
             a = self._anonymous_target(d, buf, n, presettled, rec)
             if a is None:
                 return
+            if a.remote:
+                self._to_mesh(d, rec, a, self._key, ffi.buffer(buf, n)[:], presettled)
+                return
+        elif a.remote:
+            self._to_mesh(d, rec, a, a.key, ffi.buffer(buf, n)[:], presettled)
+            return
         if a.multicast:
             self._multicast(d, rec, a.consumers and self.core.fanout(a, presettled), buf, n, presettled)
             return
@@ -747,11 +806,101 @@ class Engine:
             self._reject(d, p, presettled, b"amqp:precondition-failed",
                          b"anonymous relay: the message has no 'to' address")
             return None
-        a = self.core.lookup(to)
-        if a is None or not a.consumers:
+        self._key = key = address_key(to, self.node_id)
+        a = self.core.lookup_key(key)
+        if a is None or not (a.consumers or a.remote):
             self._unroutable(d, p, presettled)
             return None
         return a
+
+    # ---- across the mesh ------------------------------------------------------------------------------
+    def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
+        """A complete transfer from a peer node: route it by its router annotations."""
+        core = self.core
+        try:
+            layout = AnnotationLayout(data)
+            ann = layout.read()
+        except MalformedError:
+            self._reject(d, p, presettled, b"amqp:decode-error", b"unreadable message or router annotations")
+            return
+        core.forwarded(p)
+        a, key = self._router_route(layout, ann)
+        if a is None or not core.route_hops_ok(len(ann.trace)):
+            self._unroutable(d, p, presettled)
+            return
+        self._to_mesh(d, p, a, key, data, presettled, layout, ann, p.conn.router.node_id)
+
+    def _router_route(self, layout: AnnotationLayout, ann: RouterAnnotations) -> tuple[Address | None, str]:
+        """The address a message from a peer goes to (`x-opt-qd.to`, else its `to`), if routable here."""
+        key = ann.to or address_key(layout.info.to or "", self.node_id)
+        a = self.core.lookup_key(key) if key else None
+        if a is not None and not (a.consumers or a.remote):
+            a = None
+        return a, key
+
+    def _payloads(self, key: str, data: bytes, layout: AnnotationLayout | None, ann: RouterAnnotations | None,
+                  info: object = None):
+        """A function giving the bytes to send to a consumer: stripped for clients, annotated for peers."""
+        made: dict[bool, object] = {}
+        node = self.node_id
+
+        def payload(c: Consumer) -> object:
+            to_peer = c.peer is not None
+            out = made.get(to_peer)
+            if out is None:
+                if to_peer:
+                    hop = with_hop(ann, node)
+                    if hop.to is None:
+                        hop.to = key
+                    out = (layout or AnnotationLayout(data, info)).rewrite(hop)
+                else:
+                    out = layout.strip() if layout is not None else data
+                made[to_peer] = out
+            return out
+        return payload
+
+    def _to_mesh(self, d: object, p: Producer, a: Address, key: str, data: bytes, presettled: bool,
+                 layout: AnnotationLayout | None = None, ann: RouterAnnotations | None = None,
+                 came_from: str | None = None) -> None:
+        """Forward a complete delivery to local consumers and/or peer nodes (the slower, general path)."""
+        core = self.core
+        payload = self._payloads(key, data, layout, ann)
+        try:
+            if a.multicast:
+                origin = ann.ingress[2:] if ann is not None and ann.ingress else None
+                trace = trace_nodes(ann) if ann is not None else ()
+                targets = core.mesh_fanout(a, presettled, origin, trace, came_from)
+                for c in targets:
+                    payload(c)                  # any decoding error happens before a copy is sent
+                self._multicast(d, p, targets, data, len(data), presettled, payload, key)
+                return
+            c, rd = core.pick_mesh(a, came_from)
+            if c is None:
+                self._unroutable(d, p, presettled)
+                return
+            out = payload(c)
+        except MalformedError:
+            self._reject(d, p, presettled, b"amqp:decode-error", b"unreadable message or router annotations")
+            return
+        n = len(out)
+        if c.busy:
+            self._hold(c, out, d, p, presettled)
+            return
+        od = self._send_whole(c, out, n)
+        if presettled:
+            pn_delivery_settle(od)
+            pn_delivery_settle(d)
+            core.sent_presettled(p, (c,))
+            if self.tel is not None:
+                self.tel.presettled(key, n, True)
+        elif c.presettle:
+            pn_delivery_settle(od)
+            self._accept_handed_over(d, p)
+            core.sent_presettled(p, (c,))
+        else:
+            core.sent(p, c, d, od, rd)
+            if self.tel is not None:
+                self.tel.arrived(od, n, key)
 
     def _reject(self, d: object, p: Producer, presettled: bool, name: bytes, desc: bytes) -> None:
         if not presettled:
@@ -774,24 +923,30 @@ class Engine:
         self.core.unroutable(p, presettled)
         self.dirty.add(p.conn)
 
-    def _multicast(self, d: object, p: Producer, consumers, buf: object, n: int, presettled: bool) -> None:
+    def _multicast(self, d: object, p: Producer, consumers, buf: object, n: int, presettled: bool,
+                   payload=None, key: str | None = None) -> None:
+        """One copy per consumer; `payload(consumer)` gives per-consumer bytes (mesh), else `buf`."""
         if not consumers:
             self._unroutable(d, p, presettled)
             return
         core = self.core
         g = None if presettled else core.new_group(d, p)
         if self.tel is not None:
-            key = consumers[0].address.key
+            key = key or consumers[0].address.key
             if g is not None:
                 self.tel.arrived(g, n, key)
             else:
                 self.tel.presettled(key, n, True)
         handed_over = 0                     # unsettled copies sent settled to at-most-once consumers
+        data, size = buf, n
         for c in consumers:
+            if payload is not None:
+                data = payload(c)
+                size = len(data)
             if c.busy:
-                self._hold(c, ffi.buffer(buf, n)[:], d, p, presettled, g)
+                self._hold(c, data if payload is not None else ffi.buffer(buf, n)[:], d, p, presettled, g)
                 continue
-            od = self._send_whole(c, buf, n)
+            od = self._send_whole(c, data, size)
             if presettled or c.presettle:
                 pn_delivery_settle(od)
                 if not presettled:
@@ -817,7 +972,7 @@ class Engine:
         if e is None:
             pn_delivery_settle(od)
             return
-        din, p, _c, g, _seq = e
+        din, p, g = e[0], e[1], e[3]
         stream = self.stream_outs.pop(od, None) if self.stream_outs else None
         if stream is not None:                   # decided before the whole message was sent to it
             if g is None:
@@ -916,20 +1071,31 @@ class Engine:
         s.presettled = bool(pn_delivery_settled(d))
         p.credit -= 1
         self.streams[d] = s
-        if p.address is None:
-            s.prefix = bytearray()
+        if p.address is None or p.router or p.address.remote:
+            s.prefix = bytearray()          # routed (and annotated) once the sections before the body are in
         else:
             self._route_stream(s, p.address)
         self._pump_stream(s)
 
-    def _route_stream(self, s: Stream, a) -> None:
+    def _route_stream(self, s: Stream, a: Address, came_from: str | None = None,
+                      ann: RouterAnnotations | None = None) -> None:
         """Choose the consumers of a streamed message and open an outbound delivery on each."""
         s.routed = True
         core = self.core
+        rd: RemoteDest | None = None
         if a.multicast:
-            consumers = [c for c in core.fanout(a, s.presettled) if not c.busy]
+            if a.remote or came_from is not None:
+                origin = ann.ingress[2:] if ann is not None and ann.ingress else None
+                trace = trace_nodes(ann) if ann is not None else ()
+                targets = core.mesh_fanout(a, s.presettled, origin, trace, came_from)
+            else:
+                targets = core.fanout(a, s.presettled)
+            consumers = [c for c in targets if not c.busy]
         else:
-            c = core.pick(a)
+            if a.remote or came_from is not None:
+                c, rd = core.pick_mesh(a, came_from)
+            else:
+                c = core.pick(a)
             consumers = [c] if c is not None and not c.busy else []
         if not s.presettled and consumers:
             if a.multicast:
@@ -944,7 +1110,7 @@ class Engine:
                 if s.group is not None:
                     core.sent_copy(s.group, c, od)
                 else:
-                    core.sent(s.producer, c, s.in_dlv, od)
+                    core.sent(s.producer, c, s.in_dlv, od, rd)
                     if self.tel is not None:
                         self.tel.arrived(od, 0, a.key)
             self.dirty.add(c.conn)
@@ -971,15 +1137,17 @@ class Engine:
             s.size += got
             if not s.routed:
                 s.prefix += ffi.buffer(buf, got)[:]
-                if not self._route_anonymous_stream(s):
+                if not self._route_prefixed_stream(s):
                     if s.in_dlv not in self.streams:
                         return          # settled (rejected / released) already
                     continue
                 data = bytes(s.prefix)
                 s.prefix = None
                 for c, _od in s.outs:
-                    pn_link_send(c.handle, data, len(data))
+                    out = s.payload(c) if s.payload is not None else data
+                    pn_link_send(c.handle, out, len(out))
                     self.dirty.add(c.conn)
+                s.payload = None
                 continue
             for c, _od in s.outs:
                 pn_link_send(c.handle, buf, got)
@@ -991,24 +1159,62 @@ class Engine:
         elif not pn_delivery_partial(d) and pn_delivery_pending(d) <= 0:
             self._end_stream(s, aborted=False)
 
-    def _route_anonymous_stream(self, s: Stream) -> bool:
-        """Try to route an anonymous streamed message from the bytes read so far."""
+    def _route_prefixed_stream(self, s: Stream) -> bool:
+        """Try to route a streamed message from the bytes read so far (anonymous, or crossing the mesh).
+
+        Routing waits until every section before the body is in: that is where `to` and the router
+        annotations are, and the part each consumer gets rewritten (annotated for peers, stripped for
+        clients).
+        """
+        prefix = bytes(s.prefix)
+        p = s.producer
+        core = self.core
         try:
-            to = scan_message(bytes(s.prefix)).to
+            info = scan_message(prefix)
         except IncompleteError:
-            if len(s.prefix) < ANON_SCAN_LIMIT:
+            if len(prefix) < ANON_SCAN_LIMIT:
                 return False
-            to = None
+            info = None
         except MalformedError:
-            to = None
-        if to is None:
+            info = None
+        if info is None:
             self._sink_stream(s, REJECTED)
             return False
-        a = self.core.lookup(to)
-        if a is None or not a.consumers:
+        layout = ann = came_from = None
+        if p.router:
+            try:
+                layout = AnnotationLayout(prefix, info)
+                ann = layout.read()
+            except MalformedError:
+                self._sink_stream(s, REJECTED)
+                return False
+            core.forwarded(p)
+            came_from = p.conn.router.node_id
+            a, key = self._router_route(layout, ann)
+            if a is not None and not core.route_hops_ok(len(ann.trace)):
+                a = None
+        elif p.address is not None:
+            a, key = p.address, p.address.key
+        else:
+            if not info.to:
+                self._sink_stream(s, REJECTED)
+                return False
+            key = address_key(info.to, self.node_id)
+            a = core.lookup_key(key)
+            if a is not None and not (a.consumers or a.remote):
+                a = None
+        if a is None:
             self._sink_stream(s, RELEASED)
             return False
-        self._route_stream(s, a)
+        if a.remote or layout is not None:
+            s.payload = self._payloads(key, prefix, layout, ann, info)
+        if a.remote:
+            try:
+                s.payload(_TO_PEER)                 # any decoding error shows before a byte is sent
+            except MalformedError:
+                self._sink_stream(s, REJECTED)
+                return False
+        self._route_stream(s, a, came_from, ann)
         if not s.outs:
             self._sink_stream(s, RELEASED)
             return False

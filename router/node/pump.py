@@ -17,6 +17,7 @@ WriteInterest = Callable[[Connection, bool], None]   # (connection, watch for wr
 def pump(engine: object, write_interest: WriteInterest) -> None:
     """Process events, apply credit and flush output (once per read or timer)."""
     engine.process()
+    engine.sync_routes()
     engine.apply_credit()
     flush_dirty(engine, write_interest)
     if engine.paused:

@@ -58,7 +58,7 @@ class RouterLink:
 class RouterPeer:
     """What a node knows about the peer at the other end of an inter-router connection."""
 
-    __slots__ = ("node_id", "cost", "control_in", "control_out", "data_in", "data_out", "up")
+    __slots__ = ("node_id", "cost", "control_in", "control_out", "data_in", "data_out", "up", "data_consumer")
 
     def __init__(self, node_id: str, cost: int) -> None:
         self.node_id = node_id
@@ -68,6 +68,7 @@ class RouterPeer:
         self.data_in: object = None
         self.data_out: object = None
         self.up = False             # both control links open both ways: the control plane uses it
+        self.data_consumer: object = None  # the forwarding core's record of our data-out link
 
     def add(self, rl: RouterLink) -> None:
         slot = ("control" if rl.kind == CONTROL else "data") + ("_out" if rl.outgoing else "_in")

@@ -206,8 +206,7 @@ class NodeServer:
             self.mesh.tick()
         except Exception:
             log.exception("internal error in the control plane")
-        if self.engine.dirty:
-            self._schedule()
+        self._schedule()            # the pump gives the core any new routes and applies their credit
         self._mesh_handle = self.loop.call_later(MESH_TICK, self._mesh_tick)
 
     def log_state(self) -> None:
