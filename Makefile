@@ -1,10 +1,10 @@
-# meshrouter: `make run` starts the demo, `make test` runs the whole suite.
+# meshrouter: `make run` starts the four-node mesh demo, `make test` runs the whole suite.
 VENV   ?= .venv
 PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run run-node test lint bench clean
 
 $(STAMP): pyproject.toml scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -14,7 +14,12 @@ $(STAMP): pyproject.toml scripts/system-deps.sh
 	$(PY) -m pip install -q --no-binary python-qpid-proton -e '.[test]'
 	touch $(STAMP)
 
+# the four-node mesh of topologies/four-node.yaml, an RPC demo (caller on C, server on A), then kept up
 run: $(STAMP)
+	$(VENV)/bin/meshrouter mesh run topologies/four-node.yaml --demo A:C
+
+# one node alone, on amqp://127.0.0.1:5700
+run-node: $(STAMP)
 	$(VENV)/bin/meshrouter run config/node.yaml
 
 test: $(STAMP)

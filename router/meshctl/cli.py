@@ -46,6 +46,10 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
             p.add_argument("--timeout", type=_seconds, default=commands.DEFAULT_TIMEOUT, metavar="S",
                            help=f"give up (exit 1) if not converged after S seconds "
                                 f"(default {commands.DEFAULT_TIMEOUT:g})")
+        if name == "run":
+            p.add_argument("--demo", metavar="SERVER:CALLER",
+                           help="after start-up, make a few RPC calls from node CALLER to an echo server "
+                                "on node SERVER (e.g. A:C)")
         if name == "status":
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.set_defaults(func=_dispatch, mesh_action=name)
@@ -61,6 +65,16 @@ def _context(args: argparse.Namespace) -> commands.Context | None:
     return commands.Context(topology, RunDir.for_topology(topology.name, args.dir), shlex.join(down))
 
 
+def _demo_nodes(ctx: commands.Context, text: str) -> tuple[str, str] | None:
+    server, sep, caller = text.partition(":")
+    nodes = ctx.topology.node_ids
+    if not sep or server not in nodes or caller not in nodes:
+        ctx.error(f"--demo: expected SERVER:CALLER with node ids of {ctx.topology.name} "
+                  f"({', '.join(nodes)}), got {text!r}")
+        return None
+    return server, caller
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     ctx = _context(args)
     action = args.mesh_action
@@ -70,7 +84,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         if action == "up":
             return commands.up(ctx, args.timeout)
         if action == "run":
-            return commands.run(ctx, args.timeout)
+            demo = _demo_nodes(ctx, args.demo) if args.demo else None
+            if args.demo and demo is None:
+                return commands.EXIT_USAGE
+            return commands.run(ctx, args.timeout, demo)
         if action == "status":
             return commands.status(ctx, args.json)
         return commands.down(ctx)

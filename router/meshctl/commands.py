@@ -260,11 +260,20 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def run(ctx: Context, timeout: float = DEFAULT_TIMEOUT) -> int:
-    """``up``, then keep the mesh until Ctrl-C (or SIGTERM), then ``down``."""
+def run(ctx: Context, timeout: float = DEFAULT_TIMEOUT, demo: tuple[str, str] | None = None) -> int:
+    """``up``, optionally an RPC demo (server node, caller node), then keep the mesh until Ctrl-C (or
+    SIGTERM), then ``down``. A failed demo stops the mesh and exits 1."""
     code = up(ctx, timeout)
     if code != EXIT_OK:
         return code
+    if demo is not None:
+        from router.meshctl.demo import rpc_demo
+
+        server, caller = demo
+        topology = ctx.topology
+        if not rpc_demo(topology.client_url(server), server, topology.client_url(caller), caller, ctx.out):
+            down(ctx)
+            return EXIT_FAILURE
     print("mesh running; press Ctrl-C to stop it", file=ctx.out, flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:

@@ -257,3 +257,36 @@ def test_run_keeps_the_mesh_until_ctrl_c_then_stops_it(mesh):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_run_with_demo_makes_rpc_calls_through_the_four_node_mesh(mesh):
+    """What `make run` does: caller on C, echo server on A, replies back through the mesh."""
+    m = mesh("four-node")
+    m.touched.append((m.topology, m.run_dir))
+    proc = subprocess.Popen(mesh_args("run", m.topology, m.run_dir) + ["--demo", "A:C"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+                            start_new_session=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(("mesh running", "RPC demo FAILED")):
+                break
+        text = "".join(lines)
+        assert lines and lines[-1].startswith("mesh running"), text + proc.stderr.read()
+        calls = [ln for ln in lines if ln.strip().startswith("call ")]
+        assert len(calls) == 5 and all("from A" in ln for ln in calls), text
+        assert "'echo: hello 4'" in text
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=CLI_TIMEOUT)
+        assert proc.returncode == 0 and "mesh four-node: down" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_run_demo_with_unknown_node_exits_2(mesh):
+    m = mesh("chain")
+    proc = m.cli("run", "--demo", "A:Z", check=2)
+    assert "--demo" in proc.stderr and m.pids() == {}
