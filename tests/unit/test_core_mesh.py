@@ -1,0 +1,192 @@
+"""The forwarding core with remote destinations: readiness, closest/balanced choice, multicast fan-out,
+credit for peers' data links, node-scoped routes, hop limit."""
+
+import random
+
+from router.addressing import AddressRules
+from router.forwarding.core import RouterCore
+
+
+def make_core(capacity=8):
+    rules = AddressRules([("mc", "multicast"), ("near", "closest")], default="balanced")
+    return RouterCore("A", rules, capacity, rng=random.Random(1))
+
+
+def grants(core):
+    g, d = core.take_credit_actions()
+    return {p.handle: n for p, n in g}, {p.handle for p in d}
+
+
+def mesh(core, holders, costs=None, origins=None):
+    """Peers B and C are neighbours (links outB / outC); D is behind C. `holders`: address -> nodes."""
+    outs = getattr(core, "_test_outs", None)
+    if outs is None:
+        outs = core._test_outs = {p: core.add_router_consumer("out" + p, "conn" + p, p) for p in "BC"}
+        for c in outs.values():
+            core.consumer_credit(c, 100)
+    costs = costs or {"B": 1, "C": 1, "D": 2}
+    nodes = {n: (cost, outs["C" if n == "D" else n]) for n, cost in costs.items()}
+    core.set_routes(nodes, holders, radius=2, valid_origins=lambda: origins or {})
+    return outs
+
+
+def test_remote_consumer_makes_address_ready_and_its_loss_drains():
+    core = make_core()
+    p = core.add_producer("p", "conn", "svc")
+    assert grants(core) == ({}, set())
+    mesh(core, {"svc": ["B"]})
+    assert grants(core) == ({"p": 8}, set())
+    mesh(core, {})
+    assert grants(core) == ({}, {"p"})
+    assert p.draining
+
+
+def test_unreachable_holder_is_not_a_destination():
+    core = make_core()
+    core.add_producer("p", "conn", "svc")
+    mesh(core, {"svc": ["Z"]})                      # Z is known to have it but not reachable
+    assert grants(core) == ({}, set())
+    assert core.addresses["svc"].remote == []
+
+
+def test_remote_only_address_is_forgotten_when_its_holders_go():
+    core = make_core()
+    mesh(core, {"svc": ["B"]})
+    assert "svc" in core.addresses
+    mesh(core, {})
+    assert "svc" not in core.addresses
+
+
+def test_closest_prefers_local_consumer_with_credit_then_cheapest_remote():
+    core = make_core()
+    mesh(core, {"near/x": ["B", "D"]})
+    a = core.addresses["near/x"]
+    assert [d.node for d in a.remote] == ["B", "D"]
+    c, rd = core.pick_mesh(a)
+    assert (c.peer, rd.node) == ("B", "B")
+    local = core.add_consumer("loc", "conn", "near/x")
+    core.consumer_credit(local, 1)
+    assert core.pick_mesh(a) == (local, None)
+    core.consumer_credit(local, 0)                  # no credit: the remote destination wins
+    c, rd = core.pick_mesh(a)
+    assert rd.node == "B"
+
+
+def test_closest_round_robins_remote_ties_and_never_sends_back():
+    core = make_core()
+    mesh(core, {"near/x": ["B", "C"]})
+    a = core.addresses["near/x"]
+    picked = [core.pick_mesh(a)[1].node for _ in range(4)]
+    assert sorted(picked) == ["B", "B", "C", "C"]
+    assert {core.pick_mesh(a, came_from="B")[1].node for _ in range(4)} == {"C"}
+
+
+def test_delivery_from_a_peer_stays_local_when_a_local_consumer_has_credit():
+    core = make_core()
+    mesh(core, {"svc": ["B"]})
+    a = core.addresses["svc"]
+    local = core.add_consumer("loc", "conn", "svc")
+    core.consumer_credit(local, 5)
+    assert all(core.pick_mesh(a, came_from="C") == (local, None) for _ in range(5))
+
+
+def test_balanced_sequential_calls_reach_every_server():
+    """All scores 0: the rotating start gives each destination (local, near, far) a turn."""
+    core = make_core()
+    mesh(core, {"svc": ["B", "D"]})
+    a = core.addresses["svc"]
+    local = core.add_consumer("loc", "conn", "svc")
+    core.consumer_credit(local, 100)
+    seen = []
+    for i in range(6):
+        c, rd = core.pick_mesh(a)
+        seen.append(rd.node if rd else "A")
+        p = core.add_producer(f"p{i}", "conn", None)
+        core.sent(p, c, f"in{i}", f"out{i}", rd)
+        core.settle(f"out{i}")                       # strictly sequential: settled before the next
+    assert sorted(seen) == ["A", "A", "B", "B", "D", "D"]
+
+
+def test_balanced_under_load_gives_farther_destinations_less():
+    """Two deliveries per tick; a delivery settles after 2 ticks at B (cost 1), 6 at D (cost 2)."""
+    core = make_core()
+    mesh(core, {"svc": ["B", "D"]})
+    a = core.addresses["svc"]
+    p = core.add_producer("p", "conn", "svc")
+    latency = {"B": 2, "D": 6}
+    due: list[tuple[int, str]] = []
+    counts = {"B": 0, "D": 0}
+    for tick in range(100):
+        for od in [od for t, od in due if t <= tick]:
+            core.settle(od)
+        due = [(t, od) for t, od in due if t > tick]
+        for k in range(2):
+            c, rd = core.pick_mesh(a)
+            od = f"out{tick}.{k}"
+            core.sent(p, c, "in", od, rd)
+            counts[rd.node] += 1
+            due.append((tick + latency[rd.node], od))
+    assert counts["B"] > 1.5 * counts["D"] and counts["D"] > 20, counts
+    for _, od in due:
+        core.settle(od)
+    assert [d.unsettled for d in a.remote] == [0, 0]
+
+
+def test_multicast_one_copy_per_next_hop_by_valid_origins_and_trace():
+    core = make_core()
+    outs = mesh(core, {"mc/news": ["B", "C", "D"]}, origins={"B": frozenset(), "C": frozenset({"B"}),
+                                                             "D": frozenset({"B"})})
+    a = core.addresses["mc/news"]
+    local = core.add_consumer("loc", "conn", "mc/news")
+    # from a local client: every local consumer and each next-hop link once (C carries C and D)
+    assert core.mesh_fanout(a, False, origin=None) == [local, outs["B"], outs["C"]]
+    # entered at B: forward toward C and D only (B's tree passes here), never back to B
+    assert core.mesh_fanout(a, False, origin="B", trace=["B"], came_from="B") == [local, outs["C"]]
+    # entered at C: this node is on no tree path from C to anyone -> local only
+    assert core.mesh_fanout(a, False, origin="C", trace=["C"], came_from="C") == [local]
+    # a peer already in the trace never gets another copy
+    assert core.mesh_fanout(a, False, origin="B", trace=["B", "C"], came_from="B") == [local]
+
+
+def test_node_scoped_address_routes_to_that_node_without_advertisement():
+    core = make_core()
+    mesh(core, {})
+    a = core.lookup("amqp:/_topo/0/D/temp.abc")
+    assert a is not None and [d.node for d in a.remote] == ["D"]
+    assert core.lookup("_topo/0/Z/temp.abc") is None           # unknown node
+    assert core.lookup("_topo/0/A/temp.abc") is None           # our own, not attached
+    p = core.add_producer("p", "conn", "_topo/0/B/reply")        # a targeted producer gets credit
+    assert p.address.ready and grants(core)[0] == {"p": 8}
+
+
+def test_peer_data_link_window_is_replenished_at_forward_time():
+    core = make_core(capacity=8)
+    p = core.add_router_producer("in", "conn", "B")
+    assert grants(core)[0] == {"in": 8}
+    local = core.add_consumer("loc", "conn", "svc")
+    core.consumer_credit(local, 100)
+    for i in range(8):
+        p.credit -= 1
+        core.sent(p, local, f"in{i}", f"out{i}")
+        core.forwarded(p)
+    assert p.in_flight == 8
+    assert grants(core)[0] == {"in": 8}              # nothing settled, the window is back anyway
+
+
+def test_losing_a_data_link_leaves_its_deliveries_to_the_adapter_and_counts_clean():
+    core = make_core()
+    outs = mesh(core, {"svc": ["B"]})
+    a = core.addresses["svc"]
+    p = core.add_producer("p", "conn", "svc")
+    c, rd = core.pick_mesh(a)
+    core.sent(p, c, "in1", "out1", rd)
+    left = core.remove_consumer(outs["B"])
+    assert [od for od, _ in left] == ["out1"] and rd.unsettled == 0 and p.in_flight == 0
+    assert "svc" in core.addresses                    # the routes, not the link, decide the address
+
+
+def test_hop_limit():
+    core = make_core()
+    mesh(core, {})
+    assert core.route_hops_ok(3) and not core.route_hops_ok(4)
+    assert core.counters["hop_limit"] == 1
