@@ -872,7 +872,7 @@ class Engine:
                 targets = core.mesh_fanout(a, presettled, origin, trace, came_from)
                 for c in targets:
                     payload(c)                  # any decoding error happens before a copy is sent
-                self._multicast(d, p, targets, data, len(data), presettled, payload, key)
+                self._multicast(d, p, targets, data, len(data), presettled, payload, key, ann)
                 return
             c, rd = core.pick_mesh(a, came_from)
             if c is None:
@@ -892,7 +892,7 @@ class Engine:
             pn_delivery_settle(d)
             core.sent_presettled(p, (c,))
             if self.tel is not None:
-                self.tel.presettled(key, n, True)
+                self.tel.presettled(key, n, True, *_tel_route(p, c, ann))
         elif c.presettle:
             pn_delivery_settle(od)
             self._accept_handed_over(d, p)
@@ -900,7 +900,7 @@ class Engine:
         else:
             core.sent(p, c, d, od, rd)
             if self.tel is not None:
-                self.tel.arrived(od, n, key)
+                self.tel.arrived(od, n, key, *_tel_route(p, c, ann))
 
     def _reject(self, d: object, p: Producer, presettled: bool, name: bytes, desc: bytes) -> None:
         if not presettled:
@@ -913,10 +913,11 @@ class Engine:
     def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
         if self.tel is not None:
             address = p.address.key if p.address else None
+            in_link = ROUTER_LINK if p.router else CLIENT_LINK
             if presettled:
-                self.tel.presettled(address, 0, False)
+                self.tel.presettled(address, 0, False, None, 0, in_link)
             else:
-                self.tel.unroutable(address, 0)
+                self.tel.unroutable(address, 0, None, 0, in_link)
         if not presettled:
             pn_delivery_update(d, RELEASED)
         pn_delivery_settle(d)
@@ -924,7 +925,7 @@ class Engine:
         self.dirty.add(p.conn)
 
     def _multicast(self, d: object, p: Producer, consumers, buf: object, n: int, presettled: bool,
-                   payload=None, key: str | None = None) -> None:
+                   payload=None, key: str | None = None, ann: RouterAnnotations | None = None) -> None:
         """One copy per consumer; `payload(consumer)` gives per-consumer bytes (mesh), else `buf`."""
         if not consumers:
             self._unroutable(d, p, presettled)
@@ -933,10 +934,11 @@ class Engine:
         g = None if presettled else core.new_group(d, p)
         if self.tel is not None:
             key = key or consumers[0].address.key
+            route = _tel_route(p, consumers[0], ann)        # out_link: that of the first copy
             if g is not None:
-                self.tel.arrived(g, n, key)
+                self.tel.arrived(g, n, key, *route)
             else:
-                self.tel.presettled(key, n, True)
+                self.tel.presettled(key, n, True, *route)
         handed_over = 0                     # unsettled copies sent settled to at-most-once consumers
         data, size = buf, n
         for c in consumers:
@@ -1112,7 +1114,7 @@ class Engine:
                 else:
                     core.sent(s.producer, c, s.in_dlv, od, rd)
                     if self.tel is not None:
-                        self.tel.arrived(od, 0, a.key)
+                        self.tel.arrived(od, 0, a.key, *_tel_route(s.producer, c, ann))
             self.dirty.add(c.conn)
 
     def _pump_stream(self, s: Stream) -> None:
@@ -1307,6 +1309,17 @@ class Engine:
         snap = self.core.snapshot()
         snap.update(connections=len(self.conns), links=len(self.links), streams=len(self.streams))
         return snap
+
+
+CLIENT_LINK = "client"
+ROUTER_LINK = "inter-router"
+
+
+def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None) -> tuple[str | None, int, str, str]:
+    """Telemetry's (ingress, hops, in_link, out_link) for a delivery from `p` to `c`."""
+    ingress = ann.ingress.partition("/")[2] if ann is not None and ann.ingress else None
+    return (ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else CLIENT_LINK,
+            ROUTER_LINK if c.peer is not None else CLIENT_LINK)
 
 
 def _terminus_address(terminus: object) -> str:

@@ -22,44 +22,58 @@ def link_id(link: object) -> str:
     return f"l{int(ffi.cast('uintptr_t', link)):x}"
 
 
+CLIENT = "client"
+ROUTER = "inter-router"
+
+
 class NodeTelemetry:
-    """Delivery and event records of one node (deliveries from clients: ingress is this node)."""
+    """Delivery and event records of one node.
+
+    Deliveries from clients have this node as ingress and 0 hops; deliveries from a peer carry the
+    ingress node and hop count of their router annotations, which the engine passes in.
+    """
 
     def __init__(self, writer: TelemetryWriter, node_id: str) -> None:
         self.writer = writer
         self.node_id = node_id
-        self._arrivals: dict[object, tuple[float, int, str]] = {}   # out delivery / group -> arrival
+        # out delivery / group -> (arrival, size, address, ingress, hops, in_link, out_link)
+        self._arrivals: dict[object, tuple] = {}
         # the server sets this once per pump: one clock read per batch of messages, not two per message
         self.now = time.time()
 
     # ---- deliveries ---------------------------------------------------------------------------------------
-    def arrived(self, key: object, size: int, address: str) -> None:
+    def arrived(self, key: object, size: int, address: str, ingress: str | None = None, hops: int = 0,
+                in_link: str = CLIENT, out_link: str = CLIENT) -> None:
         """An unsettled delivery was forwarded; `key` is what its settlement will be reported under."""
-        self._arrivals[key] = (self.now, size, address)
+        self._arrivals[key] = (self.now, size, address, ingress or self.node_id, hops, in_link, out_link)
 
     def grew(self, key: object, size: int) -> None:
         """A streamed delivery's final size is known."""
         entry = self._arrivals.get(key)
         if entry is not None:
-            self._arrivals[key] = (entry[0], size, entry[2])
+            self._arrivals[key] = (entry[0], size, *entry[2:])
 
     def settled(self, key: object, outcome: int) -> None:
         """The delivery recorded under `key` was settled upstream with `outcome`."""
         entry = self._arrivals.pop(key, None)
         if entry is not None:
-            arrival, size, address = entry
-            self.writer.delivery((address, self.node_id, 0, "client", "client",
+            arrival, size, address, ingress, hops, in_link, out_link = entry
+            self.writer.delivery((address, ingress, hops, in_link, out_link,
                                   OUTCOME_NAMES.get(outcome, "released"), size, arrival, self.now))
 
-    def presettled(self, address: str | None, size: int, delivered: bool) -> None:
+    def presettled(self, address: str | None, size: int, delivered: bool, ingress: str | None = None,
+                   hops: int = 0, in_link: str = CLIENT, out_link: str = CLIENT) -> None:
         now = self.now
-        self.writer.delivery((address, self.node_id, 0, "client", "client" if delivered else None,
-                              "presettled" if delivered else "dropped", size, now, now))
+        self.writer.delivery((address, ingress or self.node_id, hops, in_link,
+                              out_link if delivered else None, "presettled" if delivered else "dropped",
+                              size, now, now))
 
-    def unroutable(self, address: str | None, size: int) -> None:
+    def unroutable(self, address: str | None, size: int, ingress: str | None = None, hops: int = 0,
+                   in_link: str = CLIENT) -> None:
         """An unsettled delivery found no destination and went back RELEASED (or was rejected)."""
         now = self.now
-        self.writer.delivery((address, self.node_id, 0, "client", None, "released", size, now, now))
+        self.writer.delivery((address, ingress or self.node_id, hops, in_link, None, "released", size,
+                              now, now))
 
     # ---- events -------------------------------------------------------------------------------------------
     def event(self, name: str, link: object, address: str | None, peer: str | None) -> None:

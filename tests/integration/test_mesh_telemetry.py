@@ -1,0 +1,89 @@
+"""Telemetry records from a short run of the four-node mesh, and `meshrouter analyze` on them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.helpers import Client, make_message, wait_for
+from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view
+from tests.integration.test_node_telemetry import records
+
+EDGES = [("B", "A"), ("D", "C"), ("C", "A"), ("D", "B"), ("D", "A"), ("C", "B")]   # every pair, cost 1
+RULES = [("multicast", "multicast")]
+
+
+def four_node_mesh(node_factory, tdir):
+    nodes = {}
+    for name in "ABCD":
+        listeners = [{"host": "127.0.0.1", "port": 0, "role": "normal"},
+                     {"host": "127.0.0.1", "port": 0, "role": "inter-router"}]
+        connectors = [{"host": "127.0.0.1", "port": inter_router_port(nodes[to])}
+                      for frm, to in EDGES if frm == name]
+        extra = {"listeners": listeners, "connectors": connectors,
+                 "router": {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0},
+                 "telemetry": {"dir": str(tdir)}}
+        nodes[name] = node_factory(name, rules=RULES, extra=extra)
+    wait_for(lambda: converged(nodes.values()), what="four-node convergence")
+    return nodes
+
+
+def run_mesh_traffic(nodes) -> None:
+    """10 anycast messages C -> A (one hop), 4 multicast from B to receivers on A and D."""
+    a, b, c, d = (nodes[x] for x in "ABCD")
+    svc = Client(a.url).receiver("svc/tel", credit=50)
+    news_a = Client(a.url).receiver("multicast/tel", credit=50)
+    news_d = Client(d.url).receiver("multicast/tel", credit=50)
+    wait_for(lambda: mesh_view(c)["addresses"].get("svc/tel") == ["A"], what="svc/tel known at C")
+    wait_for(lambda: mesh_view(b)["addresses"].get("multicast/tel") == ["A", "D"], what="multicast/tel at B")
+    s = Client(c.url).sender("svc/tel")
+    s.wait_credit()
+    for t in [s.send(make_message(f"m{i}")) for i in range(10)]:
+        assert t.wait().outcome == "ACCEPTED"
+    m = Client(b.url).sender("multicast/tel")
+    m.wait_credit()
+    for t in [m.send(make_message(f"n{i}")) for i in range(4)]:
+        assert t.wait().outcome == "ACCEPTED"
+    assert len(svc.wait_messages(10)) == 10
+    assert len(news_a.wait_messages(4)) == 4 and len(news_d.wait_messages(4)) == 4
+    for node in nodes.values():
+        node.proc.terminate()              # a clean stop flushes every writer
+    for node in nodes.values():
+        node.proc.wait(10)
+        node.stopped = True
+
+
+def test_mesh_records_carry_ingress_hops_and_link_kinds(node_factory, tmp_path):
+    tdir = tmp_path / "telemetry"
+    nodes = four_node_mesh(node_factory, tdir)
+    run_mesh_traffic(nodes)
+    deliveries = [r for r in records(tdir) if r["kind"] == "delivery"]
+    svc = [r for r in deliveries if r["address"] == "svc/tel"]
+    at_c = [r for r in svc if r["node"] == "C"]
+    at_a = [r for r in svc if r["node"] == "A"]
+    assert len(at_c) == len(at_a) == 10 and len(svc) == 20            # no other node saw them
+    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"])
+               == ("C", 0, "client", "inter-router", "accepted") for r in at_c)
+    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"])
+               == ("C", 1, "inter-router", "client", "accepted") for r in at_a)
+    news = [r for r in deliveries if r["address"] == "multicast/tel"]
+    assert sorted((r["node"], r["hops"], r["in_link"]) for r in news) == sorted(
+        [("B", 0, "client")] * 4 + [("A", 1, "inter-router")] * 4 + [("D", 1, "inter-router")] * 4)
+    assert all(r["ingress"] == "B" and r["outcome"] == "accepted" for r in news)
+
+
+@pytest.mark.timeout(300)
+def test_analyze_four_node_mesh_records(node_factory, tmp_path):
+    pytest.importorskip("pyspark", reason="pyspark is in the test extra; not installed here")
+    tdir = tmp_path / "telemetry"
+    run_mesh_traffic(four_node_mesh(node_factory, tdir))
+    out = tmp_path / "report"
+    proc = subprocess.run([sys.executable, "-m", "router", "analyze", str(tdir), "--out", str(out),
+                           "--master", "local[1]"], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["nodes"] == 4 and summary["deliveries"] == 32
+    assert summary["corrupt_lines"] == 0 and summary["invalid_records"] == 0
+    html = (out / "report.html").read_text()
+    assert "svc/tel" in html and "multicast/tel" in html and "<img" in html
