@@ -30,6 +30,7 @@ from cproton_ffi.lib import (
     PN_LOCAL_ACTIVE,
     PN_LOCAL_CLOSED,
     PN_LOCAL_UNINIT,
+    PN_REMOTE_CLOSED,
     PN_SESSION_REMOTE_CLOSE,
     PN_SESSION_REMOTE_OPEN,
     PN_SND_SETTLED,
@@ -273,8 +274,11 @@ class Engine:
     def end_of_input(self, conn: Connection) -> None:
         """The peer stopped sending (or sent something Proton could not decode): close our side."""
         c = conn.pn_conn
-        if not pn_connection_state(c) & PN_LOCAL_CLOSED:
-            if not pn_condition_is_set(pn_transport_condition(conn.pn_transport)):
+        state = pn_connection_state(c)
+        if not state & PN_LOCAL_CLOSED:
+            # a peer that sent CLOSE before ending its output closed cleanly: no error in our CLOSE
+            failed = pn_condition_is_set(pn_transport_condition(conn.pn_transport))
+            if not state & PN_REMOTE_CLOSED and not failed:
                 cond = pn_connection_condition(c)
                 pn_condition_set_name(cond, b"amqp:connection:framing-error")
                 pn_condition_set_description(cond, b"invalid frame")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 from proton import Message
@@ -11,6 +12,7 @@ from proton.utils import BlockingConnection
 import router
 from tests.integration.helpers import (
     ACCEPTED,
+    CLOSE,
     OPEN,
     Client,
     RawConn,
@@ -122,3 +124,13 @@ def test_idle_client_with_heartbeats_stays_connected(node_factory):
     tr = snd.send("after idle").wait()
     assert tr.state == ACCEPTED
     assert rcv.wait_messages(1)[0].body == "after idle"
+
+
+def test_clean_close_then_end_of_output_gets_a_plain_close(node):
+    """A client that sends CLOSE and shuts its side at once gets CLOSE without an error condition."""
+    raw = RawConn(node.url)
+    raw.open()
+    raw.close_amqp()
+    raw.sock.shutdown(socket.SHUT_WR)
+    closed = raw.expect(CLOSE)
+    assert closed.field(0) is None, f"CLOSE carried an error: {closed.fields}"
