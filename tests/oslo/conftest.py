@@ -1,0 +1,207 @@
+"""oslo.messaging system tests: real oslo RPC servers, clients, notifiers and listeners (amqp1 driver)
+talking through a four-node mesh of real node processes.
+
+The mesh is topologies/four-node.yaml on ports picked by the system: A-B, C-D, A-C, B-D, A-D, B-C,
+every link cost 1, HELLO every 0.2 s. Nodes are started with the ``node_factory`` fixture of
+tests/conftest.py (it stops them at teardown, fails the test if one died, and attaches each node's
+stderr tail to a failed test's report), the way tests/integration/test_mesh_control.py's ``start()``
+does, plus the address rules shipped in config/node.yaml (the ``openstack.org/om`` ones among them).
+
+``oslo`` (fixture) makes transports, servers, clients, notifiers, listeners and server subprocesses and
+tears them all down after the test, then checks that no thread they started is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyngus", reason="oslo tests need the test extra (pyngus)")
+om = pytest.importorskip("oslo_messaging", reason="oslo tests need the test extra (oslo.messaging 14.9.3)")
+# impl_amqp1 runs warnings.simplefilter('always') when it is first imported, which would override the
+# tests' filterwarnings marks if that happened inside a test: import it now, during collection.
+pytest.importorskip("oslo_messaging._drivers.impl_amqp1")
+
+from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view  # noqa: E402
+from tests.oslo.oslomesh import NODES, REPO_ROOT, start, wait_until  # noqa: E402
+from tests.oslo.osloutil import make_conf, transport_url  # noqa: E402
+
+
+@pytest.fixture
+def mesh(node_factory) -> dict:
+    """The four nodes, converged, every pair at cost 1. Returns {node id: NodeProcess}."""
+    nodes: dict = {}
+    for node_id, (listen, dials) in NODES.items():
+        nodes[node_id] = start(node_factory, node_id, listen=listen,
+                               connect=[inter_router_port(nodes[d]) for d in dials])
+    wait_until(lambda: converged(list(nodes.values())), 10.0, "the four nodes reaching each other")
+    for n in nodes.values():
+        assert mesh_view(n)["costs"] == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
+    return nodes
+
+
+class ServerProcess:
+    """An RPC server in a subprocess (tests/oslo/rpc_server_proc.py) that a test may SIGKILL."""
+
+    def __init__(self, node, topic: str, server: str, err_path: Path):
+        self.name = server
+        self.err_path = err_path
+        err = open(err_path, "wb")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tests.oslo.rpc_server_proc", transport_url(node.url), topic, server],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, text=True,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+        finally:
+            err.close()
+        self.lines: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name=f"oslo-proc-{server}-stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in iter(self.proc.stdout.readline, ""):
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line == text:
+                return
+            if line is None:
+                raise AssertionError(f"server process {self.name}: no {text!r} line within {timeout:.0f}s "
+                                     f"(exit code {self.proc.poll()}); stderr:\n{self.stderr_tail()}")
+
+    def stderr_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.err_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as e:
+            return f"<{e}>"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._reader.join(5)
+
+
+class OsloKit:
+    """Makes oslo.messaging objects bound to mesh nodes and cleans every one of them up."""
+
+    def __init__(self, tmp_path: Path):
+        self.tmp_path = tmp_path
+        self._transports: list = []
+        self._servers: list = []          # RPC servers and notification listeners (in-process)
+        self._procs: list[ServerProcess] = []
+
+    # transports --------------------------------------------------------------------------------
+    def rpc_transport(self, node, **amqp_overrides):
+        t = om.get_rpc_transport(make_conf(**amqp_overrides), url=transport_url(node.url))
+        self._transports.append(t)
+        return t
+
+    def notification_transport(self, node, **amqp_overrides):
+        t = om.get_notification_transport(make_conf(**amqp_overrides), url=transport_url(node.url))
+        self._transports.append(t)
+        return t
+
+    # RPC -----------------------------------------------------------------------------------------
+    def rpc_server(self, node, topic: str, server: str, endpoints: list, transport=None):
+        transport = transport or self.rpc_transport(node)
+        srv = om.get_rpc_server(transport, om.Target(topic=topic, server=server), endpoints,
+                                executor="threading")
+        srv.start()
+        self._servers.append(srv)
+        return srv
+
+    def rpc_client(self, node, topic: str, timeout: float = 10, transport=None, **target_kw):
+        transport = transport or self.rpc_transport(node)
+        return om.get_rpc_client(transport, om.Target(topic=topic, **target_kw), timeout=timeout)
+
+    def server_process(self, node, topic: str, server: str) -> ServerProcess:
+        p = ServerProcess(node, topic, server, self.tmp_path / f"oslo-server-{server}.stderr")
+        self._procs.append(p)
+        p.expect("started", 15.0)
+        return p
+
+    # notifications -------------------------------------------------------------------------------
+    def notifier(self, node, topic: str, publisher_id: str, transport=None):
+        transport = transport or self.notification_transport(node)
+        return om.Notifier(transport, publisher_id=publisher_id, driver="messagingv2", topics=[topic])
+
+    def notification_listener(self, node, topic: str, endpoints: list, transport=None,
+                              allow_requeue: bool = False):
+        transport = transport or self.notification_transport(node)
+        lst = om.get_notification_listener(transport, [om.Target(topic=topic)], endpoints,
+                                           executor="threading", allow_requeue=allow_requeue)
+        lst.start()
+        self._servers.append(lst)
+        return lst
+
+    # teardown ------------------------------------------------------------------------------------
+    def close(self) -> list[str]:
+        problems = []
+        for srv in reversed(self._servers):
+            try:
+                srv.stop()
+                srv.wait()
+            except Exception as e:  # report every failure, clean up the rest
+                problems.append(f"stopping {srv!r}: {e!r}")
+        for p in self._procs:
+            p.stop()
+            if p.proc.stdout is not None:
+                p.proc.stdout.close()
+        for t in reversed(self._transports):
+            try:
+                t.cleanup()
+            except Exception as e:
+                problems.append(f"cleaning up {t!r}: {e!r}")
+        self._servers.clear()
+        self._procs.clear()
+        self._transports.clear()
+        return problems
+
+
+def _is_metrics_thread(t: threading.Thread) -> bool:
+    # oslo.messaging's process-wide metrics sender: it ends by itself 1 s after its last use
+    return t.name.endswith("(send_loop)")
+
+
+@pytest.fixture
+def oslo(mesh, tmp_path):
+    """An :class:`OsloKit`; torn down before the nodes (it depends on ``mesh``)."""
+    before = set(threading.enumerate())
+    kit = OsloKit(tmp_path)
+    yield kit
+    problems = kit.close()
+
+    def leftover():
+        return [t for t in threading.enumerate()
+                if t not in before and t.is_alive() and not _is_metrics_thread(t)]
+
+    try:
+        wait_until(lambda: not leftover(), 5.0, "oslo threads to end")
+    except AssertionError:
+        problems.append(f"threads left behind: {[t.name for t in leftover()]}")
+    if problems:
+        pytest.fail("oslo teardown: " + "; ".join(problems), pytrace=False)
