@@ -285,6 +285,9 @@ def run(ctx: Context, timeout: float = DEFAULT_TIMEOUT, demo: tuple[str, str] | 
                     print(f"node {node_id} (pid {pid}) exited; see {ctx.run_dir.stderr(node_id)}",
                           file=ctx.err, flush=True)
                     del watched[node_id]
+            if not watched:
+                print(f"every node of mesh {ctx.topology.name} has stopped", file=ctx.out, flush=True)
+                break
     except KeyboardInterrupt:
         pass
     finally:
