@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Benchmark router.rpc: call latency (p50/p99) and calls/s through one node and across the four-node mesh.
+
+Scenarios (--scenarios, default both):
+  one-node   a single node; RPC server and caller both attached to it.
+  four-node  topologies/four-node.yaml's full mesh (every node linked to every other one, cost 1) on free
+             ports; the caller on C, the server on B (one inter-router hop each way).
+
+Each scenario starts its own nodes the way `meshrouter mesh up` does (router.meshctl: one
+`python -m router run` per node, own session, logs in a temp directory), waits until every node reaches
+every other one, and stops them afterwards. The RPC server is a separate process (this script with
+--serve) running router.rpc.RpcServer (echo handler, --workers threads); the caller is an
+router.rpc.RpcClient in this process. Address: openstack.org/om/rpc/anycast/bench/echo (balanced), 64-byte
+string bodies.
+
+Modes per scenario:
+  sequential  one thread, --calls calls one after the other (after --warmup calls).
+  concurrent  --threads threads sharing the one client (one connection), --calls calls in total.
+
+Reported per row (median over --repeat runs): calls/s, latency p50 and p99 in µs (per run, over its
+calls), and the nodes' CPU time per call (user + sys of every node process, from /proc, over the measured
+calls). On a 2-core machine the nodes, the server and the caller share the cores: do not benchmark while
+tests run, and look at the spread (--json keeps every run).
+
+Examples:
+  .venv/bin/python benchmarks/rpc_bench.py
+  .venv/bin/python benchmarks/rpc_bench.py --scenarios one-node --calls 5000 --repeat 5
+  .venv/bin/python benchmarks/rpc_bench.py --workers 0 --json /tmp/rpc.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from router.meshctl import procs  # noqa: E402
+from router.meshctl.nodeconfig import write_node_configs  # noqa: E402
+from router.meshctl.probe import StateReader  # noqa: E402
+from router.meshctl.topology import Topology, parse_topology  # noqa: E402
+from router.rpc import RpcClient, RpcServer  # noqa: E402
+
+HOST = "127.0.0.1"
+ADDRESS = "openstack.org/om/rpc/anycast/bench/echo"
+SCENARIOS = {"one-node": ("A", "A"), "four-node": ("B", "C")}    # scenario -> (server node, caller node)
+FOUR_NODE_EDGES = [("B", "A"), ("D", "C"), ("C", "A"), ("D", "B"), ("D", "A"), ("C", "B")]
+BODY = "x" * 64
+
+
+class BenchError(Exception):
+    """A failure that ends the benchmark with a one-line message."""
+
+
+# ---------------------------------------------------------------------------------------------- meshes
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct TCP ports that were free a moment ago."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def shipped_settings() -> dict[str, Any]:
+    """Address rules (and other shared settings) of topologies/four-node.yaml."""
+    import yaml
+
+    data = yaml.safe_load((REPO / "topologies" / "four-node.yaml").read_text()) or {}
+    return {k: v for k, v in data.items() if k not in ("name", "host", "nodes", "edges")}
+
+
+def topology(scenario: str) -> Topology:
+    """The scenario's topology on free ports."""
+    if scenario == "one-node":
+        nodes, edges = ["A"], []
+    else:
+        nodes, edges = ["A", "B", "C", "D"], FOUR_NODE_EDGES
+    targets = {to for _, to in edges}
+    ports = iter(free_ports(len(nodes) + len(targets)))
+    data = {
+        "name": scenario,
+        "host": HOST,
+        "nodes": {n: {"client_port": next(ports),
+                      **({"inter_router_port": next(ports)} if n in targets else {})} for n in nodes},
+        "edges": [{"from": f, "to": t, "cost": 1} for f, t in edges],
+        **shipped_settings(),
+    }
+    return parse_topology(data, f"<rpc_bench {scenario}>")
+
+
+@dataclass
+class Mesh:
+    """Running node processes of one topology."""
+
+    topo: Topology
+    run_dir: Path
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, timeout: float = 30.0) -> None:
+        configs = write_node_configs(self.topo, self.run_dir)
+        for node_id in self.topo.node_ids:
+            self.children[node_id] = procs.spawn(configs[node_id], self._out(node_id), self._err(node_id))
+        deadline = time.monotonic() + timeout
+        while not all(procs.is_ready(self._out(n)) for n in self.children):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.topo.name}: nodes not ready after {timeout:.0f} s")
+            time.sleep(0.02)
+        self._converge(deadline)
+
+    def _converge(self, deadline: float) -> None:
+        ids = set(self.topo.node_ids)
+        readers = {n: StateReader(p.pid, self._err(n)) for n, p in self.children.items()}
+        while True:
+            for r in readers.values():
+                r.read()
+            if all(r.state is not None and set(r.mesh.get("reachable") or ()) == ids - {n}
+                   for n, r in readers.items()):
+                return
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"{self.topo.name}: not converged")
+            for r in readers.values():
+                r.request()
+            time.sleep(0.05)
+
+    def _out(self, node_id: str) -> Path:
+        return self.run_dir / f"{node_id}.stdout"
+
+    def _err(self, node_id: str) -> Path:
+        return self.run_dir / f"{node_id}.stderr"
+
+    def url(self, node_id: str) -> str:
+        return self.topo.client_url(node_id)
+
+    def check_alive(self) -> None:
+        for node_id, proc in self.children.items():
+            if proc.poll() is not None:
+                tail = "\n".join(self._err(node_id).read_text(errors="replace").splitlines()[-15:])
+                raise BenchError(f"node {node_id} exited with code {proc.returncode}:\n{tail}")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of every node so far."""
+        return sum(cpu_seconds(p.pid) for p in self.children.values())
+
+    def stop(self) -> None:
+        for proc in self.children.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + procs.STOP_TIMEOUT
+        for proc in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def running(scenario: str, tmp: Path) -> Iterator[Mesh]:
+    mesh = Mesh(topology(scenario), Path(tempfile.mkdtemp(prefix=f"{scenario}-", dir=tmp)))
+    try:
+        mesh.start()
+        yield mesh
+    finally:
+        mesh.stop()
+
+
+# ---------------------------------------------------------------------------------------------- server
+
+
+def serve(url: str, address: str, workers: int) -> int:
+    """--serve: run an echo RpcServer until stdin closes or SIGTERM."""
+    server = RpcServer(url, address, lambda body, props: body, workers=workers)
+    print("ready", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    stop.wait()
+    server.stop(timeout=2.0)
+    return 0
+
+
+@contextlib.contextmanager
+def server_process(url: str, workers: int) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", url, "--workers", str(workers)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().strip()
+        if line != "ready":
+            raise BenchError(f"RPC server did not start (got {line!r})")
+        yield proc
+    finally:
+        with contextlib.suppress(Exception):
+            assert proc.stdin is not None
+            proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    k = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[k]
+
+
+def run_calls(client: RpcClient, calls: int, threads: int) -> dict[str, Any]:
+    """``calls`` calls spread over ``threads`` threads; latencies in µs, wall time."""
+    per_thread = [calls // threads + (1 if i < calls % threads else 0) for i in range(threads)]
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    errors: list[str] = []
+    barrier = threading.Barrier(threads + 1)
+
+    def worker(i: int) -> None:
+        out = latencies[i]
+        barrier.wait()
+        for _ in range(per_thread[i]):
+            t0 = time.perf_counter()
+            try:
+                client.call(ADDRESS, BODY, timeout=30)
+            except Exception as exc:       # counted, never hidden
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            out.append((time.perf_counter() - t0) * 1e6)
+
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for w in workers:
+        w.join()
+    wall = time.perf_counter() - t0
+    lat = sorted(x for part in latencies for x in part)
+    return {"calls": len(lat), "errors": len(errors), "first_errors": errors[:3], "wall_s": wall,
+            "calls_per_s": len(lat) / wall if wall > 0 else 0.0,
+            "p50_us": percentile(lat, 50) if lat else None, "p99_us": percentile(lat, 99) if lat else None}
+
+
+def measure(scenario: str, a: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
+    """One run of a scenario: both modes on one mesh."""
+    server_node, caller_node = SCENARIOS[scenario]
+    results = []
+    with running(scenario, tmp) as mesh, server_process(mesh.url(server_node), a.workers):
+        with RpcClient(mesh.url(caller_node), timeout=30) as client:
+            client.call(ADDRESS, BODY, timeout=30)   # waits until the address is known at the caller's node
+            for _ in range(a.warmup):
+                client.call(ADDRESS, BODY)
+            for mode, threads in (("sequential", 1), ("concurrent", a.threads)):
+                cpu0 = mesh.cpu_seconds()
+                r = run_calls(client, a.calls, threads)
+                cpu = mesh.cpu_seconds() - cpu0
+                mesh.check_alive()
+                r.update(scenario=scenario, mode=mode, threads=threads,
+                         node_cpu_us_per_call=cpu / r["calls"] * 1e6 if r["calls"] else None)
+                results.append(r)
+                print(f"  {scenario} {mode:10s} {r['calls']} calls: {r['calls_per_s']:.0f} calls/s, "
+                      f"p50 {r['p50_us']:.0f} µs, p99 {r['p99_us']:.0f} µs, errors {r['errors']}", flush=True)
+    return results
+
+
+def med(values: list[float | None]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v: float | None, spec: str = ".0f") -> str:
+    return "–" if v is None else format(v, spec)
+
+
+def table(runs: list[dict[str, Any]], a: argparse.Namespace) -> str:
+    lines = ["| scenario | mode | threads | calls/s | p50 µs | p99 µs | node CPU µs/call | runs | errors |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for scenario in a.scenarios:
+        for mode in ("sequential", "concurrent"):
+            rs = [r for r in runs if r["scenario"] == scenario and r["mode"] == mode]
+            if not rs:
+                continue
+            cells = [scenario, mode, rs[0]["threads"], fmt(med([r["calls_per_s"] for r in rs])),
+                     fmt(med([r["p50_us"] for r in rs])), fmt(med([r["p99_us"] for r in rs])),
+                     fmt(med([r["node_cpu_us_per_call"] for r in rs])), len(rs), sum(r["errors"] for r in rs)]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: one-node,four-node")
+    p.add_argument("--calls", type=int, default=3000, help="measured calls per mode and run (default 3000)")
+    p.add_argument("--warmup", type=int, default=200, help="calls before measuring (default 200)")
+    p.add_argument("--threads", type=int, default=8, help="callers in the concurrent mode (default 8)")
+    p.add_argument("--workers", type=int, default=8, help="RpcServer worker threads; 0 = run the handler on "
+                   "the server's event loop (default 8, the library default)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs per scenario, each on a fresh mesh (default 3)")
+    p.add_argument("--json", type=Path, help="also write every run's results to this file")
+    p.add_argument("--serve", metavar="URL", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.serve is None:
+        a.scenarios = [s.strip() for s in a.scenarios.split(",") if s.strip()]
+        unknown = [s for s in a.scenarios if s not in SCENARIOS]
+        if unknown:
+            p.error(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    if a.serve is not None:
+        return serve(a.serve, ADDRESS, a.workers)
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="rpc_bench-") as tmp:
+        try:
+            for scenario in a.scenarios:
+                for i in range(a.repeat):
+                    print(f"{scenario}: run {i + 1}/{a.repeat}", flush=True)
+                    runs.extend(measure(scenario, a, Path(tmp)))
+        except BenchError as exc:
+            print(f"rpc_bench: {exc}", file=sys.stderr)
+            return 1
+    print()
+    print(table(runs, a))
+    print()
+    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    print(f"settings: {a.calls} calls per mode, {a.warmup} warm-up, {a.threads} concurrent callers, "
+          f"server workers {a.workers}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f} at the end")
+    if a.json:
+        a.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(a).items()}, "runs": runs},
+                                     indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The messages `router.rpc` exchanges: requests, replies, error replies and notifications.
+
+- A request (call) carries ``id`` (unique per client), ``reply_to`` (the client's dynamic reply address),
+  ``address`` (the target), the body and optional application properties. A cast is the same without
+  ``reply_to``.
+- A reply carries ``correlation_id`` = the request's ``id`` and goes to the request's ``reply_to``.
+- An error reply has no body and the application property ``error`` = ``"ExcType: message"`` (plus
+  ``error_type`` = ``"ExcType"``); the caller raises it as :class:`~router.rpc.errors.RpcError`.
+- A notification's body is a map ``{"event_type", "payload", "priority", "publisher_id", "timestamp",
+  "message_id"}`` (the fields of an oslo.messaging notification), with ``event_type`` and ``priority``
+  also as application properties so a router or listener can look at them without decoding the body.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from proton import Message
+
+from .errors import RpcError
+
+ERROR_PROPERTY = "error"
+ERROR_TYPE_PROPERTY = "error_type"
+
+
+@dataclass
+class Reply:
+    """What a server handler may return instead of a bare body, to add application properties."""
+
+    body: Any = None
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Notification:
+    """One notification as a listener receives it."""
+
+    event_type: str
+    payload: Any
+    priority: str
+    publisher_id: str | None = None
+    timestamp: float | None = None
+    message_id: str | None = None
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+def request(address: str, body: Any, message_id: str, reply_to: str | None,
+            properties: Mapping[str, Any] | None = None) -> Message:
+    """A call (with ``reply_to``) or cast (without) message."""
+    return Message(body=body, id=message_id, address=address, reply_to=reply_to,
+                   properties=dict(properties) if properties else None)
+
+
+def reply(req: Message, result: Any) -> Message:
+    """The reply to ``req`` carrying a handler's result (a body, or a :class:`Reply`)."""
+    if isinstance(result, Reply):
+        body, props = result.body, dict(result.properties) or None
+    else:
+        body, props = result, None
+    return Message(body=body, address=req.reply_to, correlation_id=req.id, properties=props)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"ExcType: message"`` (just ``"ExcType"`` when the message is empty)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def error_reply(req: Message, exc: BaseException) -> Message:
+    """The reply telling the caller that the handler raised ``exc``."""
+    return Message(body=None, address=req.reply_to, correlation_id=req.id,
+                   properties={ERROR_PROPERTY: describe_exception(exc),
+                               ERROR_TYPE_PROPERTY: type(exc).__name__})
+
+
+def reply_error(msg: Message) -> str | None:
+    """The ``error`` property of a reply, or None for a normal reply."""
+    props = msg.properties or {}
+    err = props.get(ERROR_PROPERTY)
+    return None if err is None else str(err)
+
+
+def unpack_reply(msg: Message) -> Any:
+    """A reply's body, or raise :class:`RpcError` for an error reply."""
+    err = reply_error(msg)
+    if err is not None:
+        raise RpcError(err)
+    return msg.body
+
+
+def notification(address: str, event_type: str, payload: Any, priority: str = "info",
+                 publisher_id: str | None = None, properties: Mapping[str, Any] | None = None) -> Message:
+    """A notification message (see the module docstring for its layout)."""
+    message_id = str(uuid.uuid4())
+    body = {"event_type": event_type, "payload": payload, "priority": priority,
+            "publisher_id": publisher_id, "timestamp": time.time(), "message_id": message_id}
+    props = dict(properties or {})
+    props.update(event_type=event_type, priority=priority)
+    return Message(body=body, id=message_id, address=address, properties=props)
+
+
+def parse_notification(msg: Message) -> Notification:
+    """A received notification; a message that is not one becomes ``event_type=""`` with the body as
+    payload."""
+    props = dict(msg.properties or {})
+    body = msg.body
+    if isinstance(body, dict) and "event_type" in body:
+        return Notification(event_type=str(body.get("event_type")), payload=body.get("payload"),
+                            priority=str(body.get("priority") or props.get("priority") or ""),
+                            publisher_id=body.get("publisher_id"), timestamp=body.get("timestamp"),
+                            message_id=body.get("message_id"), properties=props)
+    return Notification(event_type=str(props.get("event_type") or ""), payload=body,
+                        priority=str(props.get("priority") or ""), properties=props)
