@@ -262,34 +262,36 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def run(ctx: Context, timeout: float = DEFAULT_TIMEOUT, demo: tuple[str, str] | None = None) -> int:
     """``up``, optionally an RPC demo (server node, caller node), then keep the mesh until Ctrl-C (or
-    SIGTERM), then ``down``. A failed demo stops the mesh and exits 1."""
+    SIGTERM), then ``down``. A failed demo stops the mesh and exits 1. Ctrl-C at any moment after ``up``
+    (during the demo too) stops the mesh."""
     code = up(ctx, timeout)
     if code != EXIT_OK:
         return code
-    if demo is not None:
-        from router.meshctl.demo import rpc_demo
-
-        server, caller = demo
-        topology = ctx.topology
-        if not rpc_demo(topology.client_url(server), server, topology.client_url(caller), caller, ctx.out):
-            down(ctx)
-            return EXIT_FAILURE
-    print("mesh running; press Ctrl-C to stop it", file=ctx.out, flush=True)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
+        if demo is not None and not _demo(ctx, demo):
+            down(ctx)
+            return EXIT_FAILURE
+        print("mesh running; press Ctrl-C to stop it", file=ctx.out, flush=True)
         watched = running_nodes(ctx.run_dir)
-        while True:
+        while watched:
             time.sleep(1.0)
             for node_id, pid in list(watched.items()):
                 if not procs.is_running(pid):
                     print(f"node {node_id} (pid {pid}) exited; see {ctx.run_dir.stderr(node_id)}",
                           file=ctx.err, flush=True)
                     del watched[node_id]
-            if not watched:
-                print(f"every node of mesh {ctx.topology.name} has stopped", file=ctx.out, flush=True)
-                break
+        print(f"every node of mesh {ctx.topology.name} has stopped", file=ctx.out, flush=True)
     except KeyboardInterrupt:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
     return down(ctx)
+
+
+def _demo(ctx: Context, demo: tuple[str, str]) -> bool:
+    from router.meshctl.demo import rpc_demo
+
+    server, caller = demo
+    topology = ctx.topology
+    return rpc_demo(topology.client_url(server), server, topology.client_url(caller), caller, ctx.out)

@@ -276,10 +276,10 @@ def test_run_with_demo_makes_rpc_calls_through_the_four_node_mesh(mesh):
         assert lines and lines[-1].startswith("mesh running"), text + proc.stderr.read()
         calls = [ln for ln in lines if ln.strip().startswith("call ")]
         assert len(calls) == 5 and all("from A" in ln for ln in calls), text
-        assert "'echo: hello 4'" in text
+        assert "'hello 4' from A" in text
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=CLI_TIMEOUT)
-        assert proc.returncode == 0 and "mesh four-node: down" in out
+        out, err = proc.communicate(timeout=CLI_TIMEOUT)
+        assert proc.returncode == 0 and "mesh four-node: down" in out, out + err
     finally:
         if proc.poll() is None:
             proc.kill()
