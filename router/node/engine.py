@@ -439,6 +439,8 @@ class Engine:
         mesh = self.mesh
         if mesh is None:
             return
+        if mesh.pending:                # act now (paths, address updates), not at the next timer tick
+            mesh.tick()
         ls = mesh.ls
         epoch = (ls.routes_epoch, ls.addresses_epoch, self._links_epoch)
         if epoch == self._routes_synced:

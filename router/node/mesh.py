@@ -55,16 +55,22 @@ class MeshControl:
         self._send_bytes = send
         self._clock = clock
         self._bad = LogOnce(log)
+        # something happened that the engine's timers would otherwise act on only at the next tick (a
+        # control message, a link up or down, a local address): the node runs `tick` after this pump
+        self.pending = False
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
+        self.pending = True
         self._send(self.ls.link_up(conn, peer.cost, self._clock()))
 
     def link_down(self, conn: object, peer: object) -> None:
         log.info("inter-router connection to %s lost", peer.node_id)
+        self.pending = True
         self._send(self.ls.link_down(conn, self._clock()))
 
     def on_control(self, conn: object, data: bytes) -> None:
+        self.pending = True
         try:
             message = decode_control(data)
             out = self.ls.handle(message, self._clock(), conn)
@@ -74,10 +80,12 @@ class MeshControl:
         self._send(out)
 
     def tick(self) -> None:
+        self.pending = False
         self._send(self.ls.tick(self._clock()))
 
     def local_address(self, key: str, present: bool) -> None:
         """A mobile address got its first local consumer (present) or lost its last one."""
+        self.pending = True
         if present:
             self.ls.add_local_address(key)
         else:
