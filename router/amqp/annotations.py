@@ -564,3 +564,141 @@ def strip(buf: Buffer, info: MessageInfo | None = None) -> Buffer:
     if span is None or not _has_prefix(buf, span[0], span[1]):
         return buf
     return AnnotationLayout(buf, info).rewrite(None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fast path: messages annotated by a meshrouter ingress
+# ---------------------------------------------------------------------------------------------
+
+_HEADER = b"\x00\x53\x70"
+_DELIVERY_ANN = b"\x00\x53\x71"
+_U32X2_FROM = struct.Struct(">II").unpack_from
+
+
+def _composite_end(buf: Buffer, p: int) -> int:
+    """End of the list or map whose constructor is at ``p`` (list0 included); -1 if not one."""
+    c = buf[p]
+    if c == 0x45:
+        return p + 1
+    if c in (0xC0, 0xC1):
+        return p + 2 + buf[p + 1]
+    if c in (0xD0, 0xD1):
+        return p + 5 + _U32_FROM(buf, p + 1)[0]
+    return -1
+
+
+class RouterView:
+    """A message as a meshrouter ingress annotates it, read without scanning the whole message.
+
+    :func:`router_view` builds one when the message annotations come right after the optional header
+    and delivery annotations and begin with ``x-opt-qd.ingress``, ``x-opt-qd.trace`` and ``x-opt-qd.to``
+    (str8 values, list8 trace), the other entries holding no router key: what :func:`rewrite` writes.
+    It offers what :class:`AnnotationLayout` offers a transit or egress node (``read``, ``rewrite``,
+    ``strip``) at about a third of the cost; any other message takes the general path.
+    """
+
+    __slots__ = ("buf", "ann", "_start", "_rest", "_end", "_kept", "_info")
+
+    def __init__(self, buf: Buffer, ann: RouterAnnotations, start: int, rest: int, end: int,
+                 kept: int) -> None:
+        self.buf = buf
+        self.ann = ann
+        self._start = start      # the section's descriptor
+        self._rest = rest        # the first entry after the router ones
+        self._end = end          # the end of the section
+        self._kept = kept        # map elements (keys and values) after the router ones
+        self._info: MessageInfo | None = None
+
+    @property
+    def info(self) -> MessageInfo:
+        """The full scan of the message (made on demand)."""
+        if self._info is None:
+            self._info = scan_message(self.buf, complete=True)
+        return self._info
+
+    def read(self) -> RouterAnnotations:
+        a = self.ann
+        return RouterAnnotations(a.ingress, list(a.trace), a.to, a.phase)
+
+    def rewrite(self, ann: RouterAnnotations | None) -> Buffer:
+        """The message with its router annotations replaced by ``ann`` (None or empty: removed)."""
+        buf = self.buf
+        if ann is not None and ann.is_empty():
+            ann = None
+        enc, n = _encode_router(ann) if ann is not None else (b"", 0)
+        kept = self._kept
+        if n + kept == 0:
+            return b"".join((buf[:self._start], _tail(buf, self._end)))
+        others = buf[self._rest:self._end]
+        return b"".join((buf[:self._start], _MA_DESCRIPTOR, _map_header(len(enc) + len(others), n + kept),
+                         enc, others, _tail(buf, self._end)))
+
+    def strip(self) -> Buffer:
+        return self.rewrite(None)
+
+
+_K_INGRESS_LEN = len(_K_INGRESS)
+_K_TRACE_LIST = _K_TRACE + b"\xc0"           # the trace as a list8
+_K_TRACE_LIST_LEN = len(_K_TRACE_LIST)
+_K_TO_LEN = len(_K_TO)
+
+
+def router_view(buf: bytes) -> RouterView | None:
+    """A :class:`RouterView` of ``buf`` (a complete message), or None if it is not in that form."""
+    try:
+        p = 0
+        if buf.startswith(_HEADER):
+            p = _composite_end(buf, 3)
+            if p < 0:
+                return None
+        if buf.startswith(_DELIVERY_ANN, p):
+            p = _composite_end(buf, p + 3)
+            if p < 0:
+                return None
+        if not buf.startswith(_MA_DESCRIPTOR, p):
+            return None
+        start = p
+        c = buf[p + 3]
+        if c == 0xC1:
+            end = p + 5 + buf[p + 4]
+            count = buf[p + 5]
+            q = p + 6
+        elif c == 0xD1:
+            size, count = _U32X2_FROM(buf, p + 4)
+            end = p + 8 + size
+            q = p + 12
+        else:
+            return None
+        if count < 6 or end > len(buf) or not buf.startswith(_K_INGRESS, q):
+            return None
+        q += _K_INGRESS_LEN
+        if buf[q] != 0xA1:
+            return None
+        r = q + 2 + buf[q + 1]
+        ingress = buf[q + 2:r].decode()
+        if not buf.startswith(_K_TRACE_LIST, r):
+            return None
+        r += _K_TRACE_LIST_LEN
+        list_end = r + 1 + buf[r]
+        n = buf[r + 1]
+        r += 2
+        trace = []
+        while n:
+            if buf[r] != 0xA1:
+                return None
+            q = r + 2 + buf[r + 1]
+            trace.append(buf[r + 2:q].decode())
+            r = q
+            n -= 1
+        if r != list_end or not buf.startswith(_K_TO, r):
+            return None
+        r += _K_TO_LEN
+        if buf[r] != 0xA1:
+            return None
+        q = r + 2 + buf[r + 1]
+        to = buf[r + 2:q].decode()
+        if q > end or buf.find(PREFIX, q, end) >= 0:
+            return None          # a phase or another router key further on: the general path
+    except (IndexError, UnicodeDecodeError, struct.error):
+        return None
+    return RouterView(buf, RouterAnnotations(ingress, trace, to), start, q, end, count - 6)
