@@ -108,6 +108,7 @@ from router.amqp.annotations import (
     AnnotationLayout,
     RouterAnnotations,
     RouterView,
+    annotate_ingress,
     router_view,
     trace_nodes,
     with_hop,
@@ -871,7 +872,12 @@ class Engine:
                     hop = with_hop(ann, node)
                     if hop.to is None:
                         hop.to = key
-                    out = (layout or AnnotationLayout(data, info)).rewrite(hop)
+                    if layout is not None:
+                        out = layout.rewrite(hop)
+                    elif info is None:
+                        out = annotate_ingress(data, hop)   # a client's complete message
+                    else:
+                        out = AnnotationLayout(data, info).rewrite(hop)
                 else:
                     out = layout.strip() if layout is not None else data
                 made[to_peer] = out

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from proton import Message, symbol
 
-from router.amqp.annotations import AnnotationLayout, RouterAnnotations, rewrite, router_view, with_hop
+from router.amqp.annotations import (
+    AnnotationLayout,
+    RouterAnnotations,
+    annotate_ingress,
+    rewrite,
+    router_view,
+    with_hop,
+)
+from router.amqp.codec import MalformedError
 
 
 def message(header: bool, delivery_ann: bool, user_ann: dict | None, body=b"payload") -> bytes:
@@ -77,3 +85,19 @@ def test_a_router_key_among_the_user_entries_takes_the_general_path() -> None:
     m.decode(data)
     m.annotations[symbol("x-opt-qd.stream")] = 1
     assert router_view(bytes(m.encode())) is None
+
+
+@pytest.mark.parametrize("header,delivery_ann,user_ann", [(h, da, ua) for h, da, ua, _ in CASES[::3]])
+def test_annotate_ingress_equals_rewrite(header, delivery_ann, user_ann) -> None:
+    data = message(header, delivery_ann, user_ann)
+    ann = RouterAnnotations("0/A", ["0/A"], "svc/x")
+    assert annotate_ingress(data, ann) == rewrite(data, None, ann)
+
+
+def test_annotate_ingress_drops_a_clients_router_keys_and_rejects_garbage() -> None:
+    m = Message(body=b"x", annotations={symbol("x-opt-qd.trace"): ["0/Z"], symbol("k"): 1})
+    out = annotate_ingress(bytes(m.encode()), RouterAnnotations("0/A", ["0/A"], "svc/x"))
+    assert AnnotationLayout(out).read() == RouterAnnotations("0/A", ["0/A"], "svc/x")
+    for bad in (b"\x00\x53\x70", b"\x00\x53\x70\xc0\x09"):
+        with pytest.raises(MalformedError):
+            annotate_ingress(bad, RouterAnnotations("0/A", ["0/A"], "svc/x"))
