@@ -312,3 +312,41 @@ def test_attach_reply_comes_before_credit(node):
     _drain_frames(raw, 0.5)
     credits = [f.field(6) for f in raw.frames if f.code == FLOW and f.field(4) == reply.field(1)]
     assert all((x or 0) == 0 for x in credits), f"credit granted with no consumer: {credits}"
+
+
+def _link_flow(raw: RawConn, handle: int, pred=None, timeout: float = 5.0):
+    return raw.expect(FLOW, pred=lambda f: f.field(4) == handle and (pred is None or pred(f)),
+                      timeout=timeout)
+
+
+def test_credit_after_an_answered_drain_is_a_full_window(node_factory):
+    """Consumer leaves -> drain; the producer answers it on the wire (delivery-count advanced, credit 0);
+    a consumer comes back -> the producer gets the whole window again, and keeps getting it."""
+    n = node_factory(link_capacity=CAPACITY)
+    raw = RawConn(n.url)
+    raw.open()
+    raw.begin()
+    raw.attach("raw-snd", 0, role_receiver=False, target="balanced/redrain")
+    c = Client(n.url)
+    r = c.receiver("balanced/redrain", credit=100)
+    first = _link_flow(raw, 0, lambda f: (f.field(6) or 0) > 0)
+    count, credit = first.field(5) or 0, first.field(6)
+    assert credit == CAPACITY
+    for i in range(3):
+        raw.transfer(0, bytes(make_message(f"m{i}").encode()))
+    r.wait_messages(3)
+    r.close()
+    drain = _link_flow(raw, 0, lambda f: f.field(8) is True)
+    assert drain.field(5) == count + 3 and drain.field(6) > 0, drain.fields
+    # answer the drain: the remaining credit is used up (delivery-count advanced), none left
+    count = drain.field(5) + drain.field(6)
+    raw.flow(handle=0, next_incoming_id=None, delivery_count=count, link_credit=0, drain=True,
+             next_outgoing_id=3)
+    time.sleep(0.2)
+    r2 = c.receiver("balanced/redrain", credit=100)
+    back = _link_flow(raw, 0, lambda f: (f.field(6) or 0) > 0 and f.field(8) is not True)
+    assert (back.field(5), back.field(6)) == (count, CAPACITY), back.fields
+    for i in range(CAPACITY):
+        raw.transfer(0, bytes(make_message(f"again{i}").encode()))
+    assert len(r2.wait_messages(CAPACITY)) == CAPACITY
+    _link_flow(raw, 0, lambda f: (f.field(5) or 0) >= count + CAPACITY and (f.field(6) or 0) > 0)
