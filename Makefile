@@ -24,6 +24,7 @@ run-node: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check router tests benchmarks
+	bash scripts/ensure-rabbitmq.sh
 	$(PY) -m pytest -q
 
 lint: $(STAMP)

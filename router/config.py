@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from router.gateway.config import DIRECTIONS, SEMANTICS, BridgeConfig, BrokerConfig
 from router.telemetry.config import TelemetryConfig
 
 DISTRIBUTIONS = ("closest", "balanced", "multicast")
@@ -90,12 +91,14 @@ class NodeConfig:
     connectors: tuple[ConnectorConfig, ...] = ()
     router_timers: Mapping[str, float] = field(default_factory=_empty_mapping, hash=False)
     telemetry: TelemetryConfig | None = None
+    brokers: tuple[BrokerConfig, ...] = ()
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
         # Keep the instance immutable even when built by hand from lists and dicts.
         object.__setattr__(self, "listeners", tuple(self.listeners))
         object.__setattr__(self, "connectors", tuple(self.connectors))
+        object.__setattr__(self, "brokers", tuple(self.brokers))
         object.__setattr__(self, "router_timers", MappingProxyType({**ROUTER_TIMERS,
                                                                     **self.router_timers}))
         object.__setattr__(self, "address_rules", tuple(self.address_rules))
@@ -332,6 +335,100 @@ def _table(keys: Mapping[str, _Key]) -> Checker:
     return lambda value, path: _section(value, path, keys)
 
 
+# ------------------------------------------------------------------------- brokers (router.gateway)
+
+
+def _bool(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _wrong_type(value, "boolean", path)
+    return value
+
+
+def _name(value: object, path: str) -> str:
+    if not _NODE_ID_RE.fullmatch(_string(value, path)):
+        raise _Invalid(path, f"invalid name {value!r}: use only letters, digits, '_', '.' and '-'")
+    return value
+
+
+def _broker_url(value: object, path: str) -> str:
+    from urllib.parse import urlsplit
+
+    raw = _string(value, path)
+    try:
+        u = urlsplit(raw)
+        port = u.port
+    except ValueError as exc:
+        raise _Invalid(path, f"bad URL {raw!r}: {exc}") from None
+    if u.scheme not in ("amqp", "amqps"):
+        raise _Invalid(path, f"bad URL {raw!r}: scheme must be amqp or amqps")
+    if not u.hostname:
+        raise _Invalid(path, f"bad URL {raw!r}: no host")
+    if port == 0:
+        raise _Invalid(path, f"bad URL {raw!r}: port 0")
+    return raw
+
+
+def _exchange_name(value: object, path: str) -> str:
+    if not _string(value, path) or len(value.encode()) > 255:
+        raise _Invalid(path, "must be a non-empty exchange name of at most 255 bytes")
+    return value
+
+
+def _bridged_address(value: object, path: str) -> str:
+    address = _prefix(value, path)
+    if len(address.encode()) > 200:     # queue names (address.<node id>) are at most 255 bytes
+        size = len(address.encode())
+        raise _Invalid(path, f"address too long for a broker queue name ({size} bytes, max 200)")
+    return address
+
+
+_BRIDGE = {
+    "address": _Key(_bridged_address, required=True),
+    "semantics": _Key(_choice(SEMANTICS, "semantics"), default="anycast"),
+    "direction": _Key(_choice(DIRECTIONS, "direction"), default="both"),
+    "durable": _Key(_bool, default=True),
+    "dead_letter_exchange": _Key(_exchange_name, default=None),
+    "ttl": _Key(_number_at_least(0.001), default=None),
+    "declare": _Key(_bool, default=True),
+}
+_BROKER = {
+    "name": _Key(_name, required=True),
+    "url": _Key(_broker_url, default="amqp://guest:guest@127.0.0.1:5672/%2F"),
+    "heartbeat": _Key(_int_in(0, 65535), default=10),
+    "confirm_window": _Key(_int_in(1, 65535), default=250),
+    "addresses": _Key(lambda v, p: _list_of(_table(_BRIDGE), "addresses", at_least=1)(v, p), required=True),
+}
+
+
+def _brokers(entries: list[dict[str, Any]], rules: list[AddressRule],
+             default: str) -> tuple[BrokerConfig, ...]:
+    """Build the broker configs; check names and addresses across brokers and against the rules."""
+    from router.addressing import AddressRules
+
+    table = AddressRules([(r.prefix, r.distribution) for r in rules], default)
+    _first_duplicate([e["name"] for e in entries], lambda i: f"brokers[{i}].name", "broker name")
+    seen: dict[str, str] = {}
+    out = []
+    for i, entry in enumerate(entries):
+        bridges = []
+        for j, b in enumerate(entry["addresses"]):
+            path = f"brokers[{i}].addresses[{j}]"
+            if b["address"] in seen:
+                raise _Invalid(f"{path}.address", f"duplicate address {b['address']!r} "
+                                                  f"(already bridged by {seen[b['address']]})")
+            seen[b["address"]] = path
+            dist = table.distribution(b["address"])
+            if (b["semantics"] == "multicast") != (dist == "multicast"):
+                raise _Invalid(f"{path}.semantics",
+                               f"semantics {b['semantics']!r} does not match the address's distribution "
+                               f"{dist!r} (addresses.rules): multicast needs multicast, anycast and "
+                               f"unicast need closest or balanced")
+            bridges.append(BridgeConfig(**b))
+        out.append(BrokerConfig(name=entry["name"], url=entry["url"], heartbeat=entry["heartbeat"],
+                                confirm_window=entry["confirm_window"], addresses=tuple(bridges)))
+    return tuple(out)
+
+
 # -------------------------------------------------------------------------------------- tables
 
 _LISTENER = {
@@ -369,6 +466,7 @@ _ROOT = {
     "connectors": _Key(_list_of(_table(_CONNECTOR), "connectors"), default=[]),
     "router": _Key(_table(_ROUTER), default=dict(ROUTER_TIMERS)),
     "telemetry": _Key(_telemetry, default=None),
+    "brokers": _Key(lambda v, p: _list_of(_table(_BROKER), "brokers")(v, p), default=[]),
 }
 
 
@@ -407,6 +505,7 @@ def _build(data: object, source: str) -> NodeConfig:
     if flux > ra:
         raise _Invalid("router.ra_interval_flux",
                        f"must not exceed router.ra_interval ({ra:g}), got {flux:g}")
+    brokers = _brokers(root["brokers"], rules, addresses["default"])
     return NodeConfig(
         node_id=node["id"],
         listeners=tuple(listeners),
@@ -419,5 +518,6 @@ def _build(data: object, source: str) -> NodeConfig:
         connectors=tuple(connectors),
         router_timers=timers,
         telemetry=root["telemetry"],
+        brokers=brokers,
         source=source,
     )

@@ -59,6 +59,7 @@ class NodeServer:
         self._pump_scheduled = False
         self._tick_handle: asyncio.TimerHandle | None = None
         self.stopped = loop.create_future()
+        self.gateways: object = None        # router.gateway.Gateways when `brokers:` is configured
 
     # ---- start / stop -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -77,9 +78,11 @@ class NodeServer:
         self._mesh_tick()
         for connector in self.connectors:
             connector.start()
+        self._start_gateways()
 
     def stop(self) -> None:
         """Close listeners and every connection; resolves `stopped`."""
+        self._stop_gateways()
         for sock, _role in self.listeners:
             self.loop.remove_reader(sock.fileno())
             sock.close()
@@ -101,6 +104,28 @@ class NodeServer:
             self._tick_handle.cancel()
         if not self.stopped.done():
             self.stopped.set_result(None)
+
+    # ---- broker gateways (router.gateway): in-process AMQP 1.0 clients of this node -------------------
+    def _start_gateways(self) -> None:
+        if self.config.brokers:
+            from router.gateway import Gateways  # imports pika only when brokers are configured
+
+            self.gateways = Gateways(self.config.brokers, self.config.node_id, self.loop,
+                                     self.add_local_connection, self.core)
+            self.gateways.start()
+
+    def _stop_gateways(self) -> None:
+        if self.gateways is not None:
+            gateways, self.gateways = self.gateways, None
+            gateways.stop()
+
+    def add_local_connection(self, sock: socket.socket, peer: str) -> Connection:
+        """Serve one end of an in-process socketpair exactly like an accepted client socket."""
+        sock.setblocking(False)
+        conn = self.engine.add_connection(sock, peer, "normal", FlowEchoDetector())
+        self.loop.add_reader(sock.fileno(), self._readable, conn)
+        self._schedule()
+        return conn
 
     # ---- sockets ------------------------------------------------------------------------------------------
     def _accept(self, lsock: socket.socket, role: str, cost: int) -> None:
@@ -213,6 +238,8 @@ class NodeServer:
         """Log the node's table sizes, counters and mesh view as one JSON line (SIGUSR1)."""
         state = self.engine.snapshot()
         state["mesh"] = self.mesh.snapshot()
+        if self.gateways is not None:
+            state["gateway"] = self.gateways.snapshot()
         log.info("state %s", json.dumps(state, sort_keys=True))
 
 

@@ -1,0 +1,61 @@
+"""AMQP 0-9-1 gateway: the node's bridge to brokers (RabbitMQ) for store-and-forward.
+
+Each ``brokers:`` entry of the node config becomes a :class:`~router.gateway.gateway.BrokerGateway`
+running on the node's own asyncio loop (pika's ``AsyncioConnection``, no threads). The gateway reaches
+its node as an ordinary AMQP 1.0 client over an in-process socketpair
+(:class:`~router.gateway.local.LocalConnection`), so the forwarding engine is unchanged:
+
+* mesh -> broker (:mod:`router.gateway.publisher`): a consumer link per bridged address, attached only
+  while the broker is usable, so the address is advertised mesh-wide and producers get credit only
+  then; publishes with confirms and mandatory; credit follows confirms.
+* broker -> mesh (:mod:`router.gateway.consumer`): a producer link per bridged address; the queue is
+  consumed with manual acks while the mesh gives credit; acks follow the mesh consumers' outcomes.
+* :mod:`router.gateway.mapping` maps messages both ways; :mod:`router.gateway.topology` names and
+  declares the broker objects.
+
+Delivery is at-least-once: after a reconnect, a message the broker had stored but whose ack was lost
+(either direction) is delivered again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from router.gateway.config import BridgeConfig, BrokerConfig
+
+__all__ = ["BridgeConfig", "BrokerConfig", "Gateways"]
+
+
+class Gateways:
+    """Every broker gateway of one node."""
+
+    def __init__(self, configs: Sequence[BrokerConfig], node_id: str, loop: asyncio.AbstractEventLoop,
+                 attach: Callable[[socket.socket, str], object], core: Any) -> None:
+        """``attach(sock, peer)`` hands the node one end of a socketpair, as an accepted client."""
+        from router.gateway.gateway import BrokerGateway
+        from router.gateway.local import LocalConnection
+
+        pika_log = logging.getLogger("pika")
+        if pika_log.level == logging.NOTSET:      # pika logs each step (INFO) and each failure (ERROR)
+            pika_log.setLevel(logging.CRITICAL)   # the gateway logs one line per failure streak
+        self.gateways = []
+        for cfg in configs:
+            local = LocalConnection(loop, attach, cfg.name)
+            self.gateways.append(BrokerGateway(cfg, node_id, loop, local, core))
+
+    def start(self) -> None:
+        for gw in self.gateways:
+            gw.start()
+
+    def stop(self) -> None:
+        """Release what is unconfirmed, close the broker connections and the links to the node."""
+        for gw in self.gateways:
+            gw.stop()
+            gw.local.close()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {gw.name: gw.snapshot() for gw in self.gateways}
