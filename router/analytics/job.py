@@ -42,6 +42,7 @@ TABLES: tuple[tuple[str, Builder], ...] = (
     ("starvation_link", lambda d, e, c: T.starvation_links(e)),
     ("pair_traffic", lambda d, e, c: T.pair_traffic(d)),
     ("pair_latency", lambda d, e, c: T.pair_latency(d)),
+    ("pair_latency_egress", lambda d, e, c: T.pair_latency_egress(d)),
 )
 # Built from another table's output rather than from the records.
 DERIVED = ("starvation_address",)

@@ -128,8 +128,11 @@ DEFINITIONS = """
  <code>client</code> or <code>broker</code>). Per-address and mesh-wide hop counts,
  ingress&nbsp;&rarr;&nbsp;egress traffic and latency come from egress records; per-node hop counts
  from every record at that node.</li>
-<li><b>Ingress &rarr; egress latency</b> is measured at the egress node (<code>settled - arrival</code>
- there); it is the end-to-end latency where ingress = egress.</li>
+<li><b>Ingress &rarr; egress latency (end to end)</b> comes from the records written at the ingress
+ (hops 0): <code>settled - arrival</code> there spans arrival at the ingress until the consumer's
+ outcome came back to it. Their <code>egress</code> field names the node the ingress sent the delivery
+ to; multicast (several egresses) and records without the field are left out. The latency
+ <i>at the egress</i> is <code>settled - arrival</code> at the egress node, the last leg only.</li>
 <li><b>Producers / consumers</b>: records carry no link ids, so the finest keys are (node, link kind,
  address) for deliveries that entered the mesh (<code>in_link</code> client or broker) or left it.</li>
 <li><b>Credit starvation</b>: per link, from each <code>credit_starved_start</code> to the link's next
@@ -200,8 +203,10 @@ def render(result: Result) -> str:
         "<h2 id='mesh'>Mesh: ingress &rarr; egress</h2>",
         image(plots.pairs(data["pair_traffic"]), "Ingress to egress traffic"),
         table(data["pair_traffic"], ["ingress", "egress", "messages", "bytes"], "pair_traffic"),
-        "<h3>Latency at the egress, by ingress &rarr; egress</h3>",
+        "<h3>End-to-end latency, by ingress &rarr; egress (from the ingress records)</h3>",
         table(data["pair_latency"], ["ingress", "egress", *lat_cols], "pair_latency"),
+        "<h3>Latency at the egress (last leg), by ingress &rarr; egress</h3>",
+        table(data["pair_latency_egress"], ["ingress", "egress", *lat_cols], "pair_latency_egress"),
         "<h2 id='input'>Input problems</h2>",
         table(problems, ["file", "problem", "count"], "input_problems"),
         "<h2 id='definitions'>How to read this</h2>", DEFINITIONS,

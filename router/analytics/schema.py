@@ -18,6 +18,7 @@ FIELDS: tuple[tuple[str, object], ...] = (
     ("size", LongType()),
     ("arrival", DoubleType()),
     ("settled", DoubleType()),
+    ("egress", StringType()),  # added with the mesh; older files lack it: null
     ("event", StringType()),
     ("link", StringType()),
     ("peer", StringType()),

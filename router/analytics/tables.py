@@ -15,8 +15,11 @@ Definitions (see also the report's "How to read this" section):
 - credit starvation: per (node, link), each ``credit_starved_start`` is closed by the link's next
   ``credit_starved_end`` or ``link_down``; a start followed by another start or by nothing is *open*
   and adds no time.
-- ingress -> egress: records at the egress, keyed (ingress, node). Their latency is settled - arrival
-  at the egress node; it is the end-to-end latency when ingress == egress.
+- ingress -> egress traffic: records at the egress, keyed (ingress, node).
+- ingress -> egress end-to-end latency: records written at the ingress (hops 0, in_link client or
+  broker) that name their ``egress``: their settled - arrival spans arrival at the ingress until the
+  outcome came back there. Multicast (egress null) and records from before the field are left out.
+- latency at the egress, by ingress -> egress: settled - arrival at the egress node (the last leg).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ def deliveries_of(classified: DataFrame) -> DataFrame:
     c = F.col
     return (classified.filter(c("_class") == "delivery")
             .select("node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "size",
-                    "arrival", "settled",
+                    "arrival", "settled", "egress",
                     F.round((c("settled") - c("arrival")) * 1_000_000).cast("long").alias("lat_us"),
                     F.floor(c("settled")).cast("long").alias("second"),
                     c("in_link").isin(*EXIT_LINKS).alias("entered_mesh"),
@@ -168,6 +171,18 @@ def pair_traffic(d: DataFrame) -> DataFrame:
 
 
 def pair_latency(d: DataFrame) -> DataFrame:
-    """(ingress, egress, deliveries, p50_ms, …): latency of deliveries at their egress, by ingress."""
-    rows = d.filter(F.col("left_mesh") & F.col("ingress").isNotNull()).withColumnRenamed("node", "egress")
+    """(ingress, egress, deliveries, p50_ms, …): end-to-end latency from the ingress records.
+
+    A record written where the delivery entered the mesh (hops 0) spans the whole way: arrival at the
+    ingress until the outcome came back there. It names the egress when the ingress knew it."""
+    c = F.col
+    rows = (d.filter(c("entered_mesh") & (c("hops") == 0) & c("egress").isNotNull())
+            .select(c("node").alias("ingress"), "egress", "outcome", "lat_us"))
+    return _latency(rows, ["ingress", "egress"]).transform(_sorted_by("ingress", "egress"))
+
+
+def pair_latency_egress(d: DataFrame) -> DataFrame:
+    """(ingress, egress, deliveries, p50_ms, …): latency at the egress node only (the last leg)."""
+    rows = (d.filter(F.col("left_mesh") & F.col("ingress").isNotNull())
+            .select("ingress", F.col("node").alias("egress"), "outcome", "lat_us"))
     return _latency(rows, ["ingress", "egress"]).transform(_sorted_by("ingress", "egress"))

@@ -917,7 +917,7 @@ class Engine:
             pn_delivery_settle(d)
             core.sent_presettled(p, (c,))
             if self.tel is not None:
-                self.tel.presettled(key, n, True, *_tel_route(p, c, ann))
+                self.tel.presettled(key, n, True, *_tel_route(p, c, ann, rd))
         elif c.presettle:
             pn_delivery_settle(od)
             self._accept_handed_over(d, p)
@@ -925,7 +925,7 @@ class Engine:
         else:
             core.sent(p, c, d, od, rd)
             if self.tel is not None:
-                self.tel.arrived(od, n, key, *_tel_route(p, c, ann))
+                self.tel.arrived(od, n, key, *_tel_route(p, c, ann, rd))
 
     def _reject(self, d: object, p: Producer, presettled: bool, name: bytes, desc: bytes) -> None:
         if not presettled:
@@ -959,7 +959,7 @@ class Engine:
         g = None if presettled else core.new_group(d, p)
         if self.tel is not None:
             key = key or consumers[0].address.key
-            route = _tel_route(p, consumers[0], ann)        # out_link: that of the first copy
+            route = _tel_route(p, consumers[0], ann, copies=consumers)  # out_link: that of the first copy
             if g is not None:
                 self.tel.arrived(g, n, key, *route)
             else:
@@ -1139,7 +1139,7 @@ class Engine:
                 else:
                     core.sent(s.producer, c, s.in_dlv, od, rd)
                     if self.tel is not None:
-                        self.tel.arrived(od, 0, a.key, *_tel_route(s.producer, c, ann))
+                        self.tel.arrived(od, 0, a.key, *_tel_route(s.producer, c, ann, rd))
             self.dirty.add(c.conn)
 
     def _pump_stream(self, s: Stream) -> None:
@@ -1340,11 +1340,17 @@ CLIENT_LINK = "client"
 ROUTER_LINK = "inter-router"
 
 
-def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None) -> tuple[str | None, int, str, str]:
-    """Telemetry's (ingress, hops, in_link, out_link) for a delivery from `p` to `c`."""
+def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: RemoteDest | None = None,
+               copies: list[Consumer] | None = None) -> tuple[str | None, int, str, str, str | None]:
+    """Telemetry's (ingress, hops, in_link, out_link, egress) for a delivery from `p` to `c` (toward
+    remote destination `rd`; multicast: `copies`). egress "" is this node; None: unknown or several."""
     ingress = ann.ingress.partition("/")[2] if ann is not None and ann.ingress else None
+    if copies is not None:
+        egress = None if any(x.peer is not None for x in copies) else ""
+    else:
+        egress = rd.node if rd is not None else None if c.peer is not None else ""
     return (ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else CLIENT_LINK,
-            ROUTER_LINK if c.peer is not None else CLIENT_LINK)
+            ROUTER_LINK if c.peer is not None else CLIENT_LINK, egress)
 
 
 def _terminus_address(terminus: object) -> str:

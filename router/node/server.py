@@ -181,7 +181,7 @@ class NodeServer:
         self._pump_scheduled = False
         engine = self.engine
         if engine.tel is not None:
-            engine.tel.now = time.time()
+            engine.tel.tick(time.time())
         try:
             pump(engine, self._write_interest)
         except Exception:                    # a bug must not take the whole node down silently

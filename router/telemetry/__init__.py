@@ -1,13 +1,14 @@
-"""Node telemetry: one JSON Lines record per settled delivery and per link/connection event.
+"""Node telemetry: one record per settled delivery and per link/connection event, in Parquet files.
 
-The node's hot path hands plain tuples to a :class:`TelemetryWriter`; formatting and file I/O happen
-off the hot path (a child process by default). Records land in ``<dir>/<node>-<start>-<seq>.jsonl``.
+The node's hot path hands plain tuples to a :class:`TelemetryWriter`; conversion and file I/O happen
+off the hot path (a background thread, Arrow's C++ code). Records land in
+``<dir>/<node>-<start>-<seq>.parquet`` (or ``.jsonl`` with ``fmt="jsonl"``), one row per record.
 
-Delivery record (one per delivery settled at this node)::
+Delivery record (one per delivery settled at this node), as JSON::
 
     {"kind":"delivery","node":"A","address":"svc/orders","ingress":"A","hops":0,
      "in_link":"client","out_link":"inter-router","outcome":"accepted","size":312,
-     "arrival":1763770000.123456,"settled":1763770000.125012}
+     "arrival":1763770000.123456,"settled":1763770000.125012,"egress":"C"}
 
 Event record (link or connection up/down, credit starvation start/end)::
 
@@ -22,10 +23,12 @@ Times are float epoch seconds (microsecond resolution). Link kinds: ``client``, 
 from router.telemetry.config import TelemetryConfig
 from router.telemetry.schema import (
     DELIVERY_FIELDS,
+    DROPPED,
     EVENT_FIELDS,
     EVENTS,
     LINK_KINDS,
     OUTCOMES,
+    PRESETTLED,
     DeliveryRecord,
     EventRecord,
 )
@@ -33,10 +36,12 @@ from router.telemetry.writer import TelemetryWriter
 
 __all__ = [
     "DELIVERY_FIELDS",
+    "DROPPED",
     "EVENT_FIELDS",
     "EVENTS",
     "LINK_KINDS",
     "OUTCOMES",
+    "PRESETTLED",
     "DeliveryRecord",
     "EventRecord",
     "TelemetryConfig",

@@ -1,4 +1,5 @@
-"""Formatting record tuples as JSON Lines, and the rotating files they go into.
+"""Formatting record tuples as JSON Lines (the writer's ``fmt="jsonl"``; Parquet is the default),
+and the rotating files they go into.
 
 Formatting is one ``%`` per record with cached JSON-escaped strings (addresses, node ids and link
 kinds repeat). A record that cannot be formatted (a wrong type from the caller) is skipped and counted.
@@ -12,9 +13,11 @@ import os
 import time
 from pathlib import Path
 
+from router.telemetry.schema import DELIVERY_FIELDS, EVENT_FIELDS
+
 _DELIVERY_FMT = (
     '{"kind":"delivery","node":%s,"address":%s,"ingress":%s,"hops":%d,"in_link":%s,"out_link":%s,'
-    '"outcome":%s,"size":%d,"arrival":%.6f,"settled":%.6f}\n'
+    '"outcome":%s,"size":%d,"arrival":%.6f,"settled":%.6f,"egress":%s}\n'
 )
 _EVENT_FMT = '{"kind":"event","node":%s,"event":%s,"link":%s,"address":%s,"peer":%s,"time":%.6f}\n'
 _CACHE_LIMIT = 100_000  # distinct strings remembered (dynamic addresses make the set open-ended)
@@ -51,8 +54,8 @@ class Formatter:
         """JSON Lines for delivery tuples (see schema.DELIVERY_FIELDS)."""
         e, node, fmt = self._esc.__getitem__, self._node, _DELIVERY_FMT
         try:
-            return "".join([fmt % (node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1)
-                            for a, i, h, il, ol, o, s, t0, t1 in rows])
+            return "".join([fmt % (node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1, e(eg))
+                            for a, i, h, il, ol, o, s, t0, t1, eg in rows])
         except (TypeError, ValueError):
             return self._one_by_one(rows, self._delivery)
 
@@ -61,10 +64,10 @@ class Formatter:
         return self._one_by_one(rows, self._event)
 
     def _delivery(self, row: tuple) -> str:
-        a, i, h, il, ol, o, s, t0, t1 = row
+        a, i, h, il, ol, o, s, t0, t1, eg = row
         _finite(t0, t1)
         e = self._esc.__getitem__
-        return _DELIVERY_FMT % (self._node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1)
+        return _DELIVERY_FMT % (self._node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1, e(eg))
 
     def _event(self, row: tuple) -> str:
         ev, link, address, peer, t = row
@@ -167,6 +170,18 @@ class JsonlSink:
     def __init__(self, directory: str | os.PathLike[str], node: str, prefix: str, limit: int) -> None:
         self.formatter = Formatter(node)
         self.file = RotatingFile(directory, prefix, limit)
+
+    suffix = ".jsonl"
+
+    def write(self, batch) -> None:
+        """Write a RecordBatch of parquet.FILE_SCHEMA (all deliveries or all events)."""
+        if not batch.num_rows:
+            return
+        cols = {name: batch.column(name).to_pylist() for name in batch.schema.names}
+        if cols["kind"][0] == "delivery":
+            self.deliveries(list(zip(*(cols[k] for k in DELIVERY_FIELDS), strict=True)))
+        else:
+            self.events(list(zip(*(cols[k] for k in EVENT_FIELDS), strict=True)))
 
     def deliveries(self, rows: list[tuple]) -> None:
         """Write delivery tuples."""

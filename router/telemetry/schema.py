@@ -1,16 +1,36 @@
-"""Record layout shared by the node (tuples) and the files (JSON Lines); see SCHEMA.md."""
+"""Record layout shared by the node (tuples), the writer (Arrow) and the files; see SCHEMA.md."""
 
 from __future__ import annotations
 
-# What the hot path passes to TelemetryWriter.delivery(): a plain tuple in this order.
+# What TelemetryWriter.delivery() takes: a plain tuple in this order.
 DELIVERY_FIELDS = (
-    "address", "ingress", "hops", "in_link", "out_link", "outcome", "size", "arrival", "settled",
+    "address", "ingress", "hops", "in_link", "out_link", "outcome", "size", "arrival", "settled", "egress",
 )
-DeliveryRecord = tuple[str | None, str | None, int, str | None, str | None, str, int, float, float]
+DeliveryRecord = tuple[str | None, str | None, int, str | None, str | None, str, int, float, float,
+                       str | None]
 
 # What the hot path passes to TelemetryWriter.event(): a plain tuple in this order.
 EVENT_FIELDS = ("event", "link", "address", "peer", "time")
 EventRecord = tuple[str, str | None, str | None, str | None, float]
+
+# A route: what a delivery record shares with every other delivery that took the same way through this
+# node. The node's hot path records a route id (an index into TelemetryWriter.routes), not the strings.
+ROUTE_FIELDS = ("address", "ingress", "hops", "in_link", "out_link", "egress")
+Route = tuple[str | None, str | None, int, str | None, str | None, str | None]
+
+# The compact delivery record of the hot path (TelemetryWriter.put): numbers only.
+#   (route id, outcome code, size, arrival, settled)
+# Outcome codes: the AMQP descriptor codes of the terminal outcomes (0x24..0x27), PRESETTLED, DROPPED;
+# any other code is written as "released".
+PRESETTLED = 1
+DROPPED = 2
+OUTCOME_CODES = {0x24: "accepted", 0x25: "rejected", 0x26: "released", 0x27: "modified",
+                 PRESETTLED: "presettled", DROPPED: "dropped"}
+CompactRecord = tuple[int, int, int, float, float]
+
+# Columns of the files, in order (deliveries and events share one schema; the other kind's are null).
+FILE_COLUMNS = ("kind", "node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "size",
+                "arrival", "settled", "egress", "event", "link", "peer", "time")
 
 LINK_KINDS = ("client", "inter-router", "broker")
 OUTCOMES = ("accepted", "rejected", "released", "modified", "presettled", "dropped")

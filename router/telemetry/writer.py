@@ -1,17 +1,23 @@
-"""TelemetryWriter: O(1) appends on the node's hot path, formatting and I/O in the background.
+"""TelemetryWriter: O(1) appends on the node's hot path, conversion and I/O in a background thread.
 
-``delivery(rec)`` and ``event(rec)`` append a tuple to a list and return; no formatting, no I/O, no lock.
-A background thread wakes every ``flush_interval`` seconds (sooner when a list grows long), takes
-what has accumulated and hands it to a sink: a child process that formats and writes
-(``formatter="process"``, the default: the node's GIL is spent only on ``marshal``), or formatting
-in the thread itself (``formatter="thread"``).
+The hot path appends tuples to lists; no formatting, no I/O, no lock. Deliveries go in compact form,
+numbers only: ``(route id, outcome code, size, arrival, settled)`` (``put``), where the route id indexes
+``routes``, the list of distinct ``(address, ingress, hops, in_link, out_link, egress)`` seen so far
+(``route``). ``delivery()`` takes the full tuple and does both steps.
 
-Any OSError (unwritable directory, full disk, the child process dying) stops telemetry for good with
-one ERROR line on the ``router.telemetry`` logger; the caller never sees an exception and later
-calls are no-ops. If the thread falls behind and a list holds ``max_pending`` records, new records
-are dropped and counted (one WARNING line).
+A background thread wakes every ``flush_interval`` seconds (sooner when a list grows long), converts
+what has accumulated to Arrow record batches (one C-level conversion per batch; strings are looked up
+by index in Arrow, not per record in Python) and writes them to Parquet (``fmt="parquet"``, the
+default: encoding, compression and writes run in Arrow's C++ code without the GIL), or formats JSON
+Lines in the thread (``fmt="jsonl"``: readable with ``tail -f``, about ten times the CPU).
 
-Call ``delivery``/``event`` from one thread (the node's event loop); ``close()`` from any thread.
+Any error in the thread (unwritable directory, full disk, ...) stops telemetry for good with one ERROR
+line on the ``router.telemetry`` logger; the caller never sees an exception and later calls are
+no-ops. If the thread falls behind and a list holds ``max_pending`` records, new records are dropped
+and counted (one WARNING line).
+
+Call ``delivery``/``put``/``route``/``event`` from one thread (the node's event loop); ``close()``
+from any thread.
 """
 
 from __future__ import annotations
@@ -19,24 +25,37 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 
-from router.telemetry.child import ProcessSink
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from router.telemetry.config import TelemetryConfig
-from router.telemetry.jsonl import JsonlSink, file_prefix
-from router.telemetry.schema import DeliveryRecord, EventRecord
+from router.telemetry.jsonl import JsonlSink
+from router.telemetry.parquet import (
+    COMPACT_TYPE,
+    EVENT_TYPE,
+    ParquetSink,
+    RouteTable,
+    compact_batch,
+    event_batch,
+    file_prefix,
+)
+from router.telemetry.schema import OUTCOME_CODES, CompactRecord, DeliveryRecord, EventRecord, Route
 
 log = logging.getLogger("router.telemetry")
 
 _SCALE = 1 << 20  # sampling works in integer steps of 1/_SCALE: exact and deterministic
 _KICK_AT = 100_000  # wake the thread early when a list reaches this length
+CHUNK = 20_000  # records converted per GIL-holding step (about 3 ms)
+OUTCOME_OF_NAME = {name: code for code, name in OUTCOME_CODES.items()}
 
 
 class Sink(Protocol):
-    """What the writer thread writes to (JsonlSink or ProcessSink)."""
+    """What the writer thread writes to (ParquetSink or JsonlSink)."""
 
-    def deliveries(self, rows: list[tuple]) -> None: ...
-    def events(self, rows: list[tuple]) -> None: ...
+    def write(self, batch: pa.RecordBatch) -> None: ...
     def check(self) -> None: ...
     def flush(self) -> None: ...
     def close(self) -> None: ...
@@ -50,19 +69,27 @@ def _take(buf: list) -> list:
     return chunk
 
 
+def _nothing(rec: object) -> None:
+    """The putter once telemetry has stopped."""
+
+
 class TelemetryWriter:
     """Writes a node's telemetry records to ``config.dir`` off the hot path (see the module docstring)."""
 
-    def __init__(self, config: TelemetryConfig, node: str, *, formatter: str = "process",
-                 flush_interval: float = 0.5, max_pending: int = 1_000_000) -> None:
-        if formatter not in ("process", "thread"):
-            raise ValueError(f"formatter must be 'process' or 'thread', not {formatter!r}")
+    def __init__(self, config: TelemetryConfig, node: str, *, fmt: str = "parquet",
+                 flush_interval: float = 1.0, max_pending: int = 1_000_000,
+                 roll_seconds: float = 60.0) -> None:
+        if fmt not in ("parquet", "jsonl"):
+            raise ValueError(f"fmt must be 'parquet' or 'jsonl', not {fmt!r}")
         self.config = config
         self.node = node
-        self.formatter = formatter
+        self.fmt = fmt
         self.flush_interval = flush_interval
+        self.roll_seconds = roll_seconds
         self.prefix = file_prefix(node, time.time())
-        self._deliveries: list[DeliveryRecord] = []
+        self.routes: list[Route] = []          # route id -> route (append-only)
+        self._route_ids: dict[Route, int] = {}
+        self._deliveries: list[CompactRecord] = []
         self._events: list[EventRecord] = []
         self._max_pending = max(1, max_pending)
         self._kick_at = min(_KICK_AT, max(1, self._max_pending // 2))
@@ -74,20 +101,32 @@ class TelemetryWriter:
         self._on = True  # False once stopped or closed: the hot path then returns at once
         self.stopped = False  # True after an error stopped telemetry
         self.error: str | None = None
+        self.bad = 0  # records skipped because they had values of the wrong type
         self._closing = False
         self._wake = threading.Event()
         self._cond = threading.Condition()
         self._flush_asked = 0
         self._flush_done = 0
         self._sink: Sink | None = None
-        self.thread_cpu = 0.0  # CPU seconds the background thread spent handing records on
+        self._table = RouteTable()
+        self.thread_cpu = 0.0  # CPU seconds the background thread spent converting and writing
         self._thread = threading.Thread(target=self._run, name=f"telemetry-{node}", daemon=True)
         self._thread.start()
 
     # ---- hot path ------------------------------------------------------------------------------------
-    def delivery(self, rec: DeliveryRecord) -> None:
-        """Record one settled delivery: ``(address, ingress, hops, in_link, out_link, outcome, size,
-        arrival, settled)``. O(1): one list append (after the sampling counter, if sampling)."""
+    def route(self, route: Route) -> int:
+        """The id of ``(address, ingress, hops, in_link, out_link, egress)``, for ``put``; TypeError if a
+        field has the wrong type."""
+        rid = self._route_ids.get(route)
+        if rid is None:
+            _check_route(route)
+            rid = self._route_ids[route] = len(self.routes)
+            self.routes.append(route)
+        return rid
+
+    def put(self, rec: CompactRecord) -> None:
+        """Record one settled delivery in compact form ``(route id, outcome code, size, arrival,
+        settled)``. O(1): one list append (after the sampling counter, if sampling)."""
         if self._on:
             if self._sampling:
                 acc = self._acc + self._step
@@ -103,6 +142,36 @@ class TelemetryWriter:
                     self._wake.set()
             else:
                 self._dropped += 1
+
+    def putter(self) -> Callable[[CompactRecord], None]:
+        """The cheapest function that does what ``put`` does, valid until the caller asks again.
+
+        A caller that asks once per batch of messages (the node: once per pump) and records fewer than
+        ``max_pending // 2`` deliveries per batch gets the list's own ``append`` while there is room."""
+        if not self._on:
+            return _nothing
+        n = len(self._deliveries)
+        if n >= self._kick_at:
+            self._wake.set()
+        if self._sampling or n >= self._max_pending // 2:
+            return self.put
+        return self._deliveries.append
+
+    def delivery(self, rec: DeliveryRecord) -> None:
+        """Record one settled delivery: ``(address, ingress, hops, in_link, out_link, outcome, size,
+        arrival, settled, egress)`` (see schema.DELIVERY_FIELDS)."""
+        if self._on:
+            address, ingress, hops, in_link, out_link, outcome, size, arrival, settled, *rest = rec
+            code = OUTCOME_OF_NAME.get(outcome, -1) if isinstance(outcome, str) else -1
+            if code < 0:
+                self.bad += 1
+                return
+            try:
+                rid = self.route((address, ingress, hops, in_link, out_link, rest[0] if rest else None))
+            except TypeError:
+                self.bad += 1
+                return
+            self.put((rid, code, size, arrival, settled))
 
     def event(self, rec: EventRecord) -> None:
         """Record one link/connection event: ``(event, link, address, peer, time)``. Never sampled."""
@@ -128,7 +197,8 @@ class TelemetryWriter:
         return len(self._deliveries) + len(self._events)
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Block until everything recorded before this call is in the files; False on timeout or stop."""
+        """Block until everything recorded before this call is in complete files; False on timeout or
+        stop. With Parquet this closes the current file (the next records start a new one)."""
         with self._cond:
             self._flush_asked += 1
             ticket = self._flush_asked
@@ -143,24 +213,19 @@ class TelemetryWriter:
         self._closing = True
         self._wake.set()
         self._thread.join(timeout)
-        if self._thread.is_alive():  # stuck on a child process that does not read: end it
-            sink = self._sink
-            if isinstance(sink, ProcessSink):
-                sink.kill()
-            self._thread.join(1.0)
         self._on = False
 
     # ---- background thread ---------------------------------------------------------------------------
     def _open(self) -> Sink:
         cfg = self.config
-        if self.formatter == "process":
-            return ProcessSink(cfg.path, self.node, self.prefix, cfg.rotate_bytes)
+        if self.fmt == "parquet":
+            return ParquetSink(cfg.path, self.prefix, cfg.rotate_bytes, self.roll_seconds)
         return JsonlSink(cfg.path, self.node, self.prefix, cfg.rotate_bytes)
 
     def _run(self) -> None:
         try:
             self._sink = sink = self._open()
-        except OSError as err:
+        except Exception as err:  # noqa: BLE001 - whatever it is, telemetry stops and routing goes on
             self._fail(err)
             return
         while True:
@@ -176,7 +241,7 @@ class TelemetryWriter:
                     sink.close()
                 elif asked != self._flush_done:
                     sink.flush()
-            except OSError as err:
+            except Exception as err:  # noqa: BLE001
                 self._fail(err)
                 return
             self.thread_cpu += time.thread_time() - cpu
@@ -190,12 +255,36 @@ class TelemetryWriter:
     def _drain(self, sink: Sink) -> None:
         events = _take(self._events)
         if events:
-            sink.events(events)
+            sink.write(event_batch(self._arrow(events, EVENT_TYPE), self.node))
         deliveries = _take(self._deliveries)
         if deliveries:
-            sink.deliveries(deliveries)
-        if self.formatter == "thread":
+            self._table.update(self.routes, len(self.routes))  # every id in `deliveries` is below
+            for i in range(0, len(deliveries), CHUNK):
+                rows = self._arrow(deliveries[i:i + CHUNK], COMPACT_TYPE)
+                sink.write(compact_batch(rows, self._table, self.node))
+        if self.fmt == "jsonl":
             sink.flush()  # readers see records within about flush_interval
+
+    def _arrow(self, rows: list[tuple], typ: pa.StructType) -> pa.StructArray:
+        """``rows`` as a StructArray; rows with values of the wrong type are skipped and counted."""
+        try:
+            arr = pa.array(rows, typ)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            good = []
+            for row in rows:
+                try:
+                    pa.array([row], typ)
+                except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                    self.bad += 1
+                else:
+                    good.append(row)
+            arr = pa.array(good, typ)
+        required = range(5) if typ is COMPACT_TYPE else (0, 4)  # compact: all; events: event, time
+        if arr.null_count or any(arr.field(i).null_count for i in required):
+            n = len(arr)
+            arr = arr.filter(_complete(arr, required))
+            self.bad += n - len(arr)
+        return arr
 
     def _log_drops(self) -> None:
         if self._dropped and not self._drop_logged:
@@ -203,7 +292,7 @@ class TelemetryWriter:
             log.warning("telemetry: writer fell behind (%d records waiting); dropping new records and "
                         "counting them", self._max_pending)
 
-    def _fail(self, err: OSError) -> None:
+    def _fail(self, err: Exception) -> None:
         self._on = False
         self.stopped = True
         self.error = str(err)
@@ -212,11 +301,26 @@ class TelemetryWriter:
         log.error("telemetry stopped, routing continues without it: %s: %s", self.config.path, err)
         sink = self._sink
         try:
-            if isinstance(sink, ProcessSink):
-                sink.kill()
-            elif sink is not None:
+            if sink is not None:
                 sink.close()
-        except OSError:
+        except Exception:  # noqa: BLE001,S110 - already stopping
             pass
         with self._cond:
             self._cond.notify_all()
+
+
+def _check_route(route: Route) -> None:
+    """TypeError unless ``route`` has the types of schema.ROUTE_FIELDS."""
+    if len(route) != 6 or type(route[2]) is not int:
+        raise TypeError("a route is (address, ingress, hops, in_link, out_link, egress) with int hops")
+    for i in (0, 1, 3, 4, 5):
+        if route[i] is not None and not isinstance(route[i], str):
+            raise TypeError(f"route field {i} must be str or None, not {type(route[i]).__name__}")
+
+
+def _complete(arr: pa.StructArray, required) -> pa.Array:
+    """Mask of the rows whose ``required`` fields are all set."""
+    mask = pc.is_valid(arr)
+    for i in required:
+        mask = pc.and_(mask, pc.is_valid(arr.field(i)))
+    return mask

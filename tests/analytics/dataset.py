@@ -7,6 +7,8 @@ Traffic (T0 is a whole epoch second):
 - ``svc/b``: 40 deliveries A -> B -> C (hops 0, 1, 2); latency at C (j+1)*0.5 ms, +1 ms at B, +2 ms at A.
 - ``svc/c``: 20 pre-settled deliveries at B, and 3 dropped ones (out_link null).
 - ``svc/d``: 10 deliveries C -> A (hops 0, 1) in a Parquet file; 8 accepted, 2 released; 3 ms at C, 1 ms at A.
+- ``egress``: A's and C's records name it (svc/a: A; svc/b: C; svc/d: A); B's JSON files are in the
+  format from before the field (no ``egress``: read as null).
 - events: starvation on A/l1 (0.5 + 0.25 + 0.125 s, the last closed by link_down), A/l2 (0.0625 s),
   B/l1 (one closed 0.5 s interval, two open starts).
 
@@ -17,6 +19,7 @@ records missing required fields (invalid); a truncated Parquet file and a text f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from router.telemetry.jsonl import Formatter
 
 T0 = 1_763_770_000
 DELIVERY_KEYS = ("node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "size", "arrival",
-                 "settled")
+                 "settled", "egress")
 
 
 @dataclass
@@ -40,10 +43,10 @@ class Dataset:
     parquet_files: int = 1
 
 
-def _d(node, address, ingress, hops, in_link, out_link, outcome, size, arrival, settled) -> dict:
+def _d(node, address, ingress, hops, in_link, out_link, outcome, size, arrival, settled, egress) -> dict:
     # Times pass through "%.6f" and back, exactly as the writer and the reader see them.
     return dict(zip(DELIVERY_KEYS, (node, address, ingress, hops, in_link, out_link, outcome, size,
-                                    float(f"{arrival:.6f}"), float(f"{settled:.6f}")), strict=True))
+                                    float(f"{arrival:.6f}"), float(f"{settled:.6f}"), egress), strict=True))
 
 
 def _e(node, event, link, address, peer, t) -> dict:
@@ -58,30 +61,31 @@ def build() -> tuple[list[dict], list[dict], list[dict]]:
         outcome = "rejected" if i < 5 else "released" if i < 8 else "modified" if i < 10 else "accepted"
         arrival = T0 + i * 0.01
         settled = arrival + (i + 1) / 1000
-        rows.append(_d("A", "svc/a", "A", 0, "client", "client", outcome, 100, arrival, settled))
+        rows.append(_d("A", "svc/a", "A", 0, "client", "client", outcome, 100, arrival, settled, "A"))
     for j in range(40):
         arrival_a = T0 + 2 + j * 0.02
         lat_c = (j + 1) * 0.0005
         settled_c = arrival_a + 0.001 + lat_c
         rows.append(_d("A", "svc/b", "A", 0, "client", "inter-router", "accepted", 200, arrival_a,
-                       settled_c + 0.001))
+                       settled_c + 0.001, "C"))
         rows.append(_d("B", "svc/b", "A", 1, "inter-router", "inter-router", "accepted", 200,
-                       arrival_a + 0.0005, settled_c + 0.0005))
+                       arrival_a + 0.0005, settled_c + 0.0005, None))  # B's files are old: no egress
         rows.append(_d("C", "svc/b", "A", 2, "inter-router", "client", "accepted", 200, arrival_a + 0.001,
-                       settled_c))
+                       settled_c, "C"))
     for k in range(20):
         arrival = T0 + 3 + k * 0.01
-        rows.append(_d("B", "svc/c", "B", 0, "client", "client", "presettled", 50, arrival, arrival + 0.0001))
+        rows.append(_d("B", "svc/c", "B", 0, "client", "client", "presettled", 50, arrival, arrival + 0.0001,
+                       None))
     for k in range(3):
         arrival = T0 + 3.5 + k * 0.01
-        rows.append(_d("B", "svc/c", "B", 0, "client", None, "dropped", 50, arrival, arrival + 0.0001))
+        rows.append(_d("B", "svc/c", "B", 0, "client", None, "dropped", 50, arrival, arrival + 0.0001, None))
     for m in range(10):  # Parquet rows carry "kind" like JSON ones
         outcome = "released" if m >= 8 else "accepted"
         arrival_c = T0 + 4 + m * 0.05
         parquet.append(_d("C", "svc/d", "C", 0, "client", "inter-router", outcome, 300, arrival_c,
-                          arrival_c + 0.003))
+                          arrival_c + 0.003, "A"))
         parquet.append(_d("A", "svc/d", "C", 1, "inter-router", "client", outcome, 300, arrival_c + 0.001,
-                          arrival_c + 0.002))
+                          arrival_c + 0.002, "A"))
     events += [
         _e("A", "conn_up", None, None, "client-1", T0),
         _e("A", "link_up", "A/l1", "svc/a", "client-1", T0 + 0.5),
@@ -106,6 +110,8 @@ def _jsonl(node: str, deliveries: list[dict], events: list[dict]) -> str:
     f = Formatter(node)
     text = f.events([(e["event"], e["link"], e["address"], e["peer"], e["time"]) for e in events])
     text += f.deliveries([tuple(d[k] for k in DELIVERY_KEYS[1:]) for d in deliveries])
+    if node == "B":  # written before records had "egress": readers take it as null
+        text = re.sub(r',"egress":[^,}]*\}', "}", text)
     return text
 
 
@@ -121,7 +127,8 @@ def write(directory: Path, spark) -> Dataset:
         (directory / f"{node}-20261122T000000Z-000001.jsonl").write_text(_jsonl(node, mine[:half], evs))
         text = _jsonl(node, mine[half:], [])
         if node == "B":  # the node died while writing its last line
-            extra = _jsonl("B", [_d("B", "svc/c", "B", 0, "client", "client", "accepted", 1, T0, T0)], [])
+            torn = _d("B", "svc/c", "B", 0, "client", "client", "accepted", 1, T0, T0, "B")
+            extra = _jsonl("B", [torn], [])
             text += extra[: len(extra) // 2]
         sub = directory / "later" if node == "C" else directory  # files in subdirectories are found too
         sub.mkdir(exist_ok=True)

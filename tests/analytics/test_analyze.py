@@ -136,11 +136,23 @@ def test_pair_traffic_and_latency(spark, run):
                for r in run.table(spark, "pair_traffic")}
     assert traffic == {("A", "A"): (100, 10_000), ("A", "C"): (40, 8_000), ("B", "B"): (20, 1_000),
                        ("C", "A"): (10, 3_000)}
+    # end to end, from the ingress records (hops 0) that name their egress; B's records (old format,
+    # no egress) and multicast would be left out
     latency = as_latency(run.table(spark, "pair_latency"), "ingress", "egress")
-    assert latency[("A", "C")] == pytest.approx((40, 10.25, 18.05, 19.805, 20.0), abs=1e-9)
-    assert latency[("C", "A")] == pytest.approx((10, 1.0, 1.0, 1.0, 1.0), abs=1e-9)
+    assert latency == {
+        ("A", "A"): pytest.approx((100, 50.5, 90.1, 99.01, 100.0), abs=1e-9),
+        ("A", "C"): pytest.approx((40, 12.25, 20.05, 21.805, 22.0), abs=1e-9),  # 2 ms + C's (j+1)*0.5 ms
+        ("C", "A"): pytest.approx((10, 3.0, 3.0, 3.0, 3.0), abs=1e-9),          # Parquet rows
+    }
+    ingress = [d for d in run.ds.deliveries
+               if d["in_link"] in EXITS and d["hops"] == 0 and d["egress"] is not None]
+    assert_close(latency, reference_latency(ingress, lambda d: (d["node"], d["egress"])))
+    # the last leg only, from the egress records
+    at_egress = as_latency(run.table(spark, "pair_latency_egress"), "ingress", "egress")
+    assert at_egress[("A", "C")] == pytest.approx((40, 10.25, 18.05, 19.805, 20.0), abs=1e-9)
+    assert at_egress[("C", "A")] == pytest.approx((10, 1.0, 1.0, 1.0, 1.0), abs=1e-9)
     egress = [d for d in run.ds.deliveries if d["out_link"] in EXITS]
-    assert_close(latency, reference_latency(egress, lambda d: (d["ingress"], d["node"])))
+    assert_close(at_egress, reference_latency(egress, lambda d: (d["ingress"], d["node"])))
 
 
 def test_top_producers_and_consumers(spark, run):

@@ -63,14 +63,16 @@ def test_mesh_records_carry_ingress_hops_and_link_kinds(node_factory, tmp_path):
     at_c = [r for r in svc if r["node"] == "C"]
     at_a = [r for r in svc if r["node"] == "A"]
     assert len(at_c) == len(at_a) == 10 and len(svc) == 20            # no other node saw them
-    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"])
-               == ("C", 0, "client", "inter-router", "accepted") for r in at_c)
-    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"])
-               == ("C", 1, "inter-router", "client", "accepted") for r in at_a)
+    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"], r["egress"])
+               == ("C", 0, "client", "inter-router", "accepted", "A") for r in at_c)  # C knew: A
+    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"], r["egress"])
+               == ("C", 1, "inter-router", "client", "accepted", "A") for r in at_a)
     news = [r for r in deliveries if r["address"] == "multicast/tel"]
     assert sorted((r["node"], r["hops"], r["in_link"]) for r in news) == sorted(
         [("B", 0, "client")] * 4 + [("A", 1, "inter-router")] * 4 + [("D", 1, "inter-router")] * 4)
     assert all(r["ingress"] == "B" and r["outcome"] == "accepted" for r in news)
+    # multicast: B sent copies to peers (several egresses: null); A and D delivered to their clients
+    assert {(r["node"], r["egress"]) for r in news} == {("B", None), ("A", "A"), ("D", "D")}
 
 
 @pytest.mark.timeout(300)

@@ -12,7 +12,12 @@ from tests.integration.helpers import Client, make_message
 
 
 def records(directory: Path) -> list[dict]:
+    """Every record of the node's Parquet files (JSON Lines too, if any), as dicts."""
+    import pyarrow.parquet as pq
+
     out = []
+    for f in sorted(directory.glob("*.parquet")):
+        out += pq.read_table(f).to_pylist()
     for f in sorted(directory.glob("*.jsonl")):
         out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
     return out
@@ -53,6 +58,10 @@ def test_records_for_deliveries_and_events(node_factory, tmp_path):
     routed = [r for r in deliveries if r["address"] == "balanced/tel"]
     assert all(r["node"] == "A" and r["ingress"] == "A" and r["hops"] == 0 for r in routed)
     assert all(r["settled"] >= r["arrival"] > 0 and r["size"] > 0 for r in routed)
+    assert all(r["egress"] == "A" for r in routed)                      # consumed here
+    lost = [r for r in deliveries if r["out_link"] is None]            # the unroutable one
+    assert [(r["outcome"], r["out_link"], r["egress"]) for r in lost] == [("released", None, None)]
+    assert sorted(p.suffix for p in tdir.iterdir()) == [".parquet"] * len(list(tdir.iterdir()))
     events = {r["event"] for r in recs if r["kind"] == "event"}
     assert {"conn_up", "conn_down", "link_up", "link_down"} <= events
 
