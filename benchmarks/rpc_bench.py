@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,37 +202,50 @@ def running(scenario: str, tmp: Path) -> Iterator[Mesh]:
 # ---------------------------------------------------------------------------------------------- server
 
 
-def serve(url: str, address: str, workers: int) -> int:
-    """--serve: run an echo RpcServer until stdin closes or SIGTERM."""
-    server = RpcServer(url, address, lambda body, props: body, workers=workers)
-    print("ready", flush=True)
+def wait_for_stop() -> None:
+    """Block until stdin closes or SIGTERM arrives (a benchmark's helper process; also oslo_bench.py)."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     stop.wait()
+
+
+def serve(url: str, address: str, workers: int) -> int:
+    """--serve: run an echo RpcServer until stdin closes or SIGTERM."""
+    server = RpcServer(url, address, lambda body, props: body, workers=workers)
+    print("ready", flush=True)
+    wait_for_stop()
     server.stop(timeout=2.0)
     return 0
 
 
 @contextlib.contextmanager
-def server_process(url: str, workers: int) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", url, "--workers", str(workers)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+def ready_child(cmd: list[str], what: str) -> Iterator[subprocess.Popen[str]]:
+    """Run ``cmd`` (in its own session) until it prints "ready"; end it on exit: stdin closed, then
+    SIGKILL of its process group after 10 s (also oslo_bench.py)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO,
+                            start_new_session=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
         if line != "ready":
-            raise BenchError(f"RPC server did not start (got {line!r})")
+            raise BenchError(f"{what} did not start (got {line!r}, exit code {proc.poll()})")
         yield proc
     finally:
         with contextlib.suppress(Exception):
             assert proc.stdin is not None
             proc.stdin.close()
         try:
-            proc.wait(5)
+            proc.wait(10)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def server_process(url: str, workers: int):
+    """The echo RpcServer in a child process (a context manager)."""
+    return ready_child([sys.executable, __file__, "--serve", url, "--workers", str(workers)], "RPC server")
 
 
 # ---------------------------------------------------------------------------------------------- measuring
@@ -244,8 +257,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[k]
 
 
-def run_calls(client: RpcClient, calls: int, threads: int) -> dict[str, Any]:
-    """``calls`` calls spread over ``threads`` threads; latencies in µs, wall time."""
+def run_calls(call: Callable[[int], object], calls: int, threads: int) -> dict[str, Any]:
+    """``calls`` calls of ``call(thread index)`` spread over ``threads`` threads; latencies in µs, wall time
+    (also used by oslo_bench.py)."""
     per_thread = [calls // threads + (1 if i < calls % threads else 0) for i in range(threads)]
     latencies: list[list[float]] = [[] for _ in range(threads)]
     errors: list[str] = []
@@ -257,7 +271,7 @@ def run_calls(client: RpcClient, calls: int, threads: int) -> dict[str, Any]:
         for _ in range(per_thread[i]):
             t0 = time.perf_counter()
             try:
-                client.call(ADDRESS, BODY, timeout=30)
+                call(i)
             except Exception as exc:       # counted, never hidden
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
@@ -288,7 +302,7 @@ def measure(scenario: str, a: argparse.Namespace, tmp: Path) -> list[dict[str, A
                 client.call(ADDRESS, BODY)
             for mode, threads in (("sequential", 1), ("concurrent", a.threads)):
                 cpu0 = mesh.cpu_seconds()
-                r = run_calls(client, a.calls, threads)
+                r = run_calls(lambda _i: client.call(ADDRESS, BODY, timeout=30), a.calls, threads)
                 cpu = mesh.cpu_seconds() - cpu0
                 mesh.check_alive()
                 r.update(scenario=scenario, mode=mode, threads=threads,

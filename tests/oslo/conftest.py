@@ -9,6 +9,10 @@ does, plus the address rules shipped in config/node.yaml (the ``openstack.org/om
 
 ``oslo`` (fixture) makes transports, servers, clients, notifiers, listeners and server subprocesses and
 tears them all down after the test, then checks that no thread they started is left behind.
+
+A test marked ``rabbit_gateway("A")`` gets node A started with a ``brokers:`` section that bridges the
+notification addresses of a unique topic (``rabbit`` fixture) to RabbitMQ on 127.0.0.1:5672 with
+``direction: both``; the queues are deleted with pika after the nodes have stopped.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
+import pika
 import pytest
 
 pytest.importorskip("pyngus", reason="oslo tests need the test extra (pyngus)")
@@ -30,18 +36,91 @@ om = pytest.importorskip("oslo_messaging", reason="oslo tests need the test extr
 # tests' filterwarnings marks if that happened inside a test: import it now, during collection.
 pytest.importorskip("oslo_messaging._drivers.impl_amqp1")
 
+from tests.gateway.conftest import (  # noqa: E402
+    RABBIT_HOST,
+    RABBIT_PORT,
+    RABBIT_URL,
+    Broker,
+    gateway_config,
+    rabbit_reachable,
+)
 from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view  # noqa: E402
 from tests.oslo.oslomesh import NODES, REPO_ROOT, start, wait_until  # noqa: E402
-from tests.oslo.osloutil import make_conf, transport_url  # noqa: E402
+from tests.oslo.osloutil import make_conf, notify_address, transport_url  # noqa: E402
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "rabbit_gateway(node, priorities=('info',)): the mesh's node `node` bridges the "
+        "notification addresses of the `rabbit` fixture's unique topic to RabbitMQ (direction both)")
+
+
+class RabbitNotifications:
+    """A unique notification topic whose addresses one node bridges to RabbitMQ, and pika access to
+    their queues (anycast: one queue per address, named after it). Queues are deleted at teardown."""
+
+    def __init__(self, priorities: tuple[str, ...] = ("info",)):
+        self.topic = f"stored-{uuid.uuid4().hex[:12]}"
+        self.addresses = {p: notify_address(self.topic, p) for p in priorities}
+        self.broker = Broker(self.topic)
+        self.broker.track(queues=tuple(self.addresses.values()))
+
+    def brokers_extra(self) -> dict:
+        """``extra=`` for the gateway node: direction both, durable queues."""
+        return gateway_config(*({"address": a, "semantics": "anycast", "direction": "both", "durable": True}
+                                for a in self.addresses.values()))
+
+    def depth(self, priority: str = "info") -> int:
+        return self.broker.depth(self.addresses[priority])
+
+    def queue_exists(self, queue: str) -> bool:
+        conn = pika.BlockingConnection(pika.URLParameters(RABBIT_URL))
+        try:
+            conn.channel().queue_declare(queue, passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if conn.is_open:
+                conn.close()
 
 
 @pytest.fixture
-def mesh(node_factory) -> dict:
+def rabbit(request):
+    """:class:`RabbitNotifications` for a test marked ``rabbit_gateway``. Requested (through
+    ``mesh_brokers``) before ``node_factory``, so its teardown runs after the nodes have stopped: a
+    running gateway would declare the queues again."""
+    if not rabbit_reachable():
+        pytest.fail(f"RabbitMQ is not reachable on {RABBIT_HOST}:{RABBIT_PORT}: run "
+                    "scripts/ensure-rabbitmq.sh (make test does) or `rabbitmq-server -detached`")
+    mark = request.node.get_closest_marker("rabbit_gateway")
+    rn = RabbitNotifications(**({"priorities": tuple(mark.kwargs["priorities"])}
+                                if mark is not None and "priorities" in mark.kwargs else {}))
+    yield rn
+    rn.broker.cleanup()
+    left = [q for q in rn.addresses.values() if rn.queue_exists(q)]
+    if left:
+        pytest.fail(f"RabbitMQ queues left behind after the test: {left}", pytrace=False)
+
+
+@pytest.fixture
+def mesh_brokers(request) -> dict:
+    """{node id: extra config}: a ``brokers:`` section for the node named by the test's
+    ``rabbit_gateway`` mark, nothing otherwise."""
+    mark = request.node.get_closest_marker("rabbit_gateway")
+    if mark is None:
+        return {}
+    return {mark.args[0] if mark.args else "A": request.getfixturevalue("rabbit").brokers_extra()}
+
+
+@pytest.fixture
+def mesh(mesh_brokers, node_factory) -> dict:
     """The four nodes, converged, every pair at cost 1. Returns {node id: NodeProcess}."""
     nodes: dict = {}
     for node_id, (listen, dials) in NODES.items():
         nodes[node_id] = start(node_factory, node_id, listen=listen,
-                               connect=[inter_router_port(nodes[d]) for d in dials])
+                               connect=[inter_router_port(nodes[d]) for d in dials],
+                               sections=mesh_brokers.get(node_id))
     wait_until(lambda: converged(list(nodes.values())), 10.0, "the four nodes reaching each other")
     for n in nodes.values():
         assert mesh_view(n)["costs"] == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"

@@ -38,8 +38,10 @@ def shipped_rules() -> tuple[tuple[str, str], ...]:
     return rules
 
 
-def start(node_factory, node_id: str, *, listen: bool, connect: Iterable[int] = (), cost: int = 1):
-    """test_mesh_control.start() with the shipped address rules."""
+def start(node_factory, node_id: str, *, listen: bool, connect: Iterable[int] = (), cost: int = 1,
+          sections: dict | None = None):
+    """test_mesh_control.start() with the shipped address rules; ``sections`` adds config sections
+    (e.g. ``brokers:``)."""
     listeners = [{"host": "127.0.0.1", "port": 0, "role": "normal"}]
     if listen:
         listeners.append({"host": "127.0.0.1", "port": 0, "role": "inter-router", "cost": cost})
@@ -47,6 +49,7 @@ def start(node_factory, node_id: str, *, listen: bool, connect: Iterable[int] = 
         "listeners": listeners,
         "connectors": [{"host": "127.0.0.1", "port": port, "cost": cost} for port in connect],
         "router": {"hello_interval": HELLO, "hello_max_age": HELLO * 3, "ra_interval_flux": 1.0},
+        **(sections or {}),
     }
     return node_factory(node_id, rules=shipped_rules(), extra=extra)
 

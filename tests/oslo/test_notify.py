@@ -3,7 +3,8 @@
 A listener subscribes to ``openstack.org/om/notify/anycast/<exchange>/<topic>.<priority>`` for each
 priority its endpoints handle (balanced: one listener gets each notification). A notification is sent
 unsettled and the listener accepts it after its endpoint ran, so ``Notifier.info()`` returns once the
-listener has processed it. The mesh stores nothing: a notification needs a listener somewhere.
+listener has processed it. The mesh stores nothing: a notification needs a listener somewhere, or a
+node whose RabbitMQ gateway bridges the address (the last test).
 """
 
 from __future__ import annotations
@@ -14,13 +15,18 @@ import time
 import oslo_messaging as om
 import pytest
 
-from tests.oslo.oslomesh import wait_address
+from tests.integration.test_node_tables import node_state
+from tests.oslo.oslomesh import wait_address, wait_until
 from tests.oslo.osloutil import notify_address
 
 pytestmark = [
     pytest.mark.timeout(30),
     pytest.mark.filterwarnings("ignore:Using class:DeprecationWarning"),
 ]
+
+
+def gateway_state(node, broker: str = "rabbit") -> dict:
+    return node_state(node)["gateway"][broker]
 
 
 class NotifyEndpoint:
@@ -128,7 +134,45 @@ def test_notification_without_listener_is_not_stored_by_the_mesh(mesh, oslo):
     assert ep.drain() == []
 
 
-@pytest.mark.skip(reason="needs the RabbitMQ gateway (issue 4)")
-def test_notifications_sent_while_no_listener_runs_are_delivered_once_one_starts(mesh, oslo):
+@pytest.mark.rabbit_gateway("A")
+def test_notifications_sent_while_no_listener_runs_are_delivered_once_one_starts(mesh, oslo, rabbit):
     """Broker-backed notifications: sent while no listener exists, stored by RabbitMQ behind the
-    gateway, delivered when a listener starts. The mesh alone withholds credit instead."""
+    gateway, delivered when a listener starts. The mesh alone withholds credit instead.
+
+    Node A bridges ``openstack.org/om/notify/anycast/openstack/<topic>.info`` (a unique topic, so a
+    unique queue) with ``direction: both``. While no listener runs, the gateway's own consumer link is
+    the address's only consumer: the notifier on C gets credit through the mesh and each notification
+    settles ACCEPTED once RabbitMQ confirmed it. A listener starting on B makes the gateway retire that
+    link and feed the queue to B."""
+    topic, addr = rabbit.topic, rabbit.addresses["info"]
+    a = mesh["A"]
+    wait_until(lambda: gateway_state(a)["connected"], 10, "the gateway on A connected to RabbitMQ")
+    wait_address(mesh.values(), addr, ["A"])              # the gateway's consumer link, seen everywhere
+    notifier = oslo.notifier(mesh["C"], topic, "svc.c")
+    n = 20
+    t0 = time.monotonic()
+    for i in range(n):
+        notifier.info({}, "svc.stored", {"i": i})         # returns once RabbitMQ confirmed it
+    assert time.monotonic() - t0 < 5, "a notification waited for its timeout (not stored)"
+    assert rabbit.depth() == n, "every notification is in the queue"
+    st = gateway_state(a)
+    assert (st["published"], st["confirmed"], st["consumed"]) == (n, n, 0), st
+
+    ep = NotifyEndpoint("late")
+    oslo.notification_listener(mesh["B"], topic, [ep])
+    got = [ep.got.get(timeout=10) for _ in range(n)]
+    assert {(kind, pub, ev) for kind, pub, ev, _ in got} == {("info", "svc.c", "svc.stored")}
+    assert sorted(p["i"] for _, _, _, p in got) == list(range(n)), got
+    wait_until(lambda: rabbit.depth() == 0 and gateway_state(a)["acked"] == n, 10,
+               lambda: f"the queue drained and {n} acks: depth {rabbit.depth()}, gateway {gateway_state(a)}")
+    wait_address(mesh.values(), addr, ["B"])              # the gateway's link retired: B is the consumer
+    time.sleep(0.5)                                       # a duplicate would show up by now
+    assert ep.drain() == []
+    st = gateway_state(a)
+    assert (st["published"], st["consumed"], st["acked"], st["requeued"], st["dead_lettered"]) \
+        == (n, n, n, 0, 0), st
+
+    # with the listener up, a new notification is routed straight to it (not through the broker)
+    notifier.info({}, "svc.live", {"i": n})
+    assert ep.got.get(timeout=5) == ("info", "svc.c", "svc.live", {"i": n})
+    assert gateway_state(a)["published"] == n
