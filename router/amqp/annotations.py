@@ -637,6 +637,11 @@ class RouterView:
         return self.rewrite(None)
 
 
+# section bytes -> (annotations, offset of the first other entry, other elements): messages of one stream
+# carry the same section, so most are read by one dict lookup. The annotations object is shared: callers
+# must not change it (RouterView.read() returns a copy).
+_VIEWS: dict[bytes, tuple[RouterAnnotations, int, int]] = {}
+_VIEWS_MAX = 4096
 _K_INGRESS_LEN = len(_K_INGRESS)
 _K_TRACE_LIST = _K_TRACE + b"\xc0"           # the trace as a list8
 _K_TRACE_LIST_LEN = len(_K_TRACE_LIST)
@@ -669,7 +674,14 @@ def router_view(buf: bytes) -> RouterView | None:
             q = p + 12
         else:
             return None
-        if count < 6 or end > len(buf) or not buf.startswith(_K_INGRESS, q):
+        if count < 6 or end > len(buf):
+            return None
+        section = buf[start:end]
+        seen = _VIEWS.get(section)          # a stream repeats the same section message after message
+        if seen is not None:
+            ann, rest, kept = seen
+            return RouterView(buf, ann, start, start + rest, end, kept)
+        if not buf.startswith(_K_INGRESS, q):
             return None
         q += _K_INGRESS_LEN
         if buf[q] != 0xA1:
@@ -701,7 +713,11 @@ def router_view(buf: bytes) -> RouterView | None:
             return None          # a phase or another router key further on: the general path
     except (IndexError, UnicodeDecodeError, struct.error):
         return None
-    return RouterView(buf, RouterAnnotations(ingress, trace, to), start, q, end, count - 6)
+    ann = RouterAnnotations(ingress, trace, to)
+    if len(_VIEWS) >= _VIEWS_MAX:
+        _VIEWS.clear()
+    _VIEWS[section] = (ann, q - start, count - 6)
+    return RouterView(buf, ann, start, q, end, count - 6)
 
 
 def annotate_ingress(buf: bytes, ann: RouterAnnotations) -> bytes:

@@ -101,3 +101,16 @@ def test_annotate_ingress_drops_a_clients_router_keys_and_rejects_garbage() -> N
     for bad in (b"\x00\x53\x70", b"\x00\x53\x70\xc0\x09"):
         with pytest.raises(MalformedError):
             annotate_ingress(bad, RouterAnnotations("0/A", ["0/A"], "svc/x"))
+
+
+def test_repeated_sections_come_from_the_cache_and_stay_unchanged() -> None:
+    ann = RouterAnnotations("0/A", ["0/A"], "svc/cached")
+    first = rewrite(message(False, False, None, body=b"one"), None, ann)
+    second = rewrite(message(True, False, None, body=b"two"), None, ann)   # same section, other offset
+    v1 = router_view(first)
+    copy = v1.read()
+    copy.trace.append("0/X")                      # a caller's copy: the cached annotations keep theirs
+    v2 = router_view(second)
+    assert v2.ann == ann and v2.ann is v1.ann
+    assert v2.strip() == AnnotationLayout(second).strip()
+    assert v2.rewrite(with_hop(v2.ann, "B")) == AnnotationLayout(second).rewrite(with_hop(ann, "B"))
