@@ -366,6 +366,7 @@ class SenderLink(_LinkBase):
             self.drain_requests += 1
             if self.auto_drain and link.queued == 0:
                 link.drained()
+                self.client._write()        # put the answer on the wire now, not with the next transfer
 
     def _on_delivery(self, d: Delivery) -> None:
         tr = self.trackers.get(d.tag)
@@ -493,6 +494,7 @@ class Client:
         self.bytes_in = 0
         self.error: str | None = None
         self._want_write = False
+        self._processing = False
         self._deadline = 0.0
         self._links: dict[str, SenderLink | ReceiverLink] = {}
         self._names = itertools.count(1)
@@ -701,6 +703,18 @@ class Client:
             self.abort()
 
     def _process(self) -> None:
+        """Handle pending events once. Handlers may write (accept, drained...), which calls this
+        again: the nested call returns at once and the outer loop handles what the write added, so
+        no event is handled twice and a burst of messages does not recurse."""
+        if self._processing:
+            return
+        self._processing = True
+        try:
+            self._process_events()
+        finally:
+            self._processing = False
+
+    def _process_events(self) -> None:
         coll = self.collector
         while True:
             ev = coll.peek()
