@@ -59,6 +59,7 @@ for _path in (BENCH_DIR, BENCH_DIR.parent):  # node_bench.py is a sibling script
         sys.path.insert(0, str(_path))
 
 import node_bench as nb  # noqa: E402
+import rpc_bench  # noqa: E402
 import yaml  # noqa: E402
 from proton.handlers import MessagingHandler  # noqa: E402
 from proton.reactor import Container  # noqa: E402
@@ -88,16 +89,7 @@ class BenchError(nb.BenchError):
 
 def free_ports(n: int) -> list[int]:
     """n distinct TCP ports that were free a moment ago (all bound at once, so never the same twice)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((HOST, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    return rpc_bench.free_ports(n)
 
 
 def shipped_settings(name: str) -> dict[str, Any]:

@@ -122,7 +122,12 @@ class NodeServer:
     def add_local_connection(self, sock: socket.socket, peer: str) -> Connection:
         """Serve one end of an in-process socketpair exactly like an accepted client socket."""
         sock.setblocking(False)
-        conn = self.engine.add_connection(sock, peer, "normal", FlowEchoDetector())
+        return self._serve(sock, peer, "normal")
+
+    def _serve(self, sock: socket.socket, peer: str, role: str, cost: int = 1, client: bool = False
+               ) -> Connection:
+        """Hand a connected socket to the engine and watch it."""
+        conn = self.engine.add_connection(sock, peer, role, FlowEchoDetector(), client=client, cost=cost)
         self.loop.add_reader(sock.fileno(), self._readable, conn)
         self._schedule()
         return conn
@@ -140,17 +145,11 @@ class NodeServer:
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = f"{addr[0]}:{addr[1]}"
-            conn = self.engine.add_connection(sock, peer, role, FlowEchoDetector(), cost=cost)
-            self.loop.add_reader(sock.fileno(), self._readable, conn)
-            self._schedule()
+            self._serve(sock, f"{addr[0]}:{addr[1]}", role, cost)
 
     def _connector_connected(self, sock: socket.socket, connector: Connector) -> Connection:
-        conn = self.engine.add_connection(sock, connector.target, connector.config.role, FlowEchoDetector(),
-                                          client=True, cost=connector.config.cost)
-        conn.connector = connector
-        self.loop.add_reader(sock.fileno(), self._readable, conn)
-        self._schedule()
+        conn = self._serve(sock, connector.target, connector.config.role, connector.config.cost, client=True)
+        conn.connector = connector          # set before the loop runs the reader: nothing is read yet
         return conn
 
     def _readable(self, conn: Connection) -> None:

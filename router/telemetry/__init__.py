@@ -32,7 +32,6 @@ from router.telemetry.schema import (
     DeliveryRecord,
     EventRecord,
 )
-from router.telemetry.writer import TelemetryWriter
 
 __all__ = [
     "DELIVERY_FIELDS",
@@ -47,3 +46,13 @@ __all__ = [
     "TelemetryConfig",
     "TelemetryWriter",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``TelemetryWriter`` on first use: it imports pyarrow (~0.1-0.2 s), which a node without
+    ``telemetry:`` (and `meshrouter check-config`) never needs."""
+    if name == "TelemetryWriter":
+        from router.telemetry.writer import TelemetryWriter
+
+        return TelemetryWriter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
