@@ -3,15 +3,20 @@
 Each ``brokers:`` entry of the node config becomes a :class:`~router.gateway.gateway.BrokerGateway`
 running on the node's own asyncio loop (pika's ``AsyncioConnection``, no threads). The gateway reaches
 its node as an ordinary AMQP 1.0 client over an in-process socketpair
-(:class:`~router.gateway.local.LocalConnection`), so the forwarding engine is unchanged:
+(:class:`~router.gateway.nodelink.NodeConnection`, Proton-C through its cffi layer), so the forwarding
+engine is unchanged:
 
 * mesh -> broker (:mod:`router.gateway.publisher`): a consumer link per bridged address, attached only
   while the broker is usable, so the address is advertised mesh-wide and producers get credit only
-  then; publishes with confirms and mandatory; credit follows confirms.
+  then; publishes with confirms and mandatory; credit follows confirms, at most ``confirm_window``
+  unconfirmed per broker.
 * broker -> mesh (:mod:`router.gateway.consumer`): a producer link per bridged address; the queue is
   consumed with manual acks while the mesh gives credit; acks follow the mesh consumers' outcomes.
 * :mod:`router.gateway.mapping` maps messages both ways; :mod:`router.gateway.topology` names and
-  declares the broker objects.
+  declares the broker objects; :mod:`router.gateway.wire091` writes publishes without pika's per-call
+  frame objects.
+* :mod:`router.gateway.ownership`: one node bridges a ``direction: both`` address (a lock queue in the
+  broker); :mod:`router.gateway.liveness`: a silent broker is dropped within 1.5–1.75 heartbeats.
 
 Delivery is at-least-once: after a reconnect, a message the broker had stored but whose ack was lost
 (either direction) is delivered again.
@@ -37,14 +42,14 @@ class Gateways:
                  attach: Callable[[socket.socket, str], object], core: Any) -> None:
         """``attach(sock, peer)`` hands the node one end of a socketpair, as an accepted client."""
         from router.gateway.gateway import BrokerGateway
-        from router.gateway.local import LocalConnection
+        from router.gateway.nodelink import NodeConnection
 
         pika_log = logging.getLogger("pika")
         if pika_log.level == logging.NOTSET:      # pika logs each step (INFO) and each failure (ERROR)
             pika_log.setLevel(logging.CRITICAL)   # the gateway logs one line per failure streak
         self.gateways = []
         for cfg in configs:
-            local = LocalConnection(loop, attach, cfg.name)
+            local = NodeConnection(loop, attach, cfg.name)
             self.gateways.append(BrokerGateway(cfg, node_id, loop, local, core))
 
     def start(self) -> None:
@@ -58,4 +63,11 @@ class Gateways:
             gw.local.close()
 
     def snapshot(self) -> dict[str, Any]:
+        """Per broker name: state, counters and in-flight numbers (the node's state dump)."""
         return {gw.name: gw.snapshot() for gw in self.gateways}
+
+    def entities(self) -> list[dict[str, Any]]:
+        """One management ``broker`` entity per broker (docs/MANAGEMENT.md): identity, url (no password),
+        state (connected / connecting / down), addresses, and the counters published, confirmed,
+        returned, nacked, unconfirmed, consumed, acked, requeued, deadLettered, reconnects."""
+        return [gw.entity() for gw in self.gateways]

@@ -45,7 +45,7 @@ class BrokerConfig:
     name: str
     url: str = "amqp://guest:guest@127.0.0.1:5672/%2F"
     heartbeat: int = 10                 # seconds, 0 disables AMQP heartbeats
-    confirm_window: int = 250           # most unconfirmed publishes per bridged address
+    confirm_window: int = 250           # most unconfirmed publishes on this broker (all its addresses)
     addresses: tuple[BridgeConfig, ...] = ()
 
     def __post_init__(self) -> None:

@@ -4,15 +4,16 @@ Life cycle: connect -> open the confirm-mode publishing channel -> declare the b
 open one consumer channel per broker -> mesh address bridged -> attach the node links. Anything that
 closes a channel or the connection tears the broker side down: every unconfirmed publish is RELEASED,
 every link is detached (producers lose their credit, the broker requeues what was unacknowledged), and
-the gateway reconnects with backoff.
+the gateway reconnects with backoff. A broker that goes silent without closing TCP is noticed by
+:class:`~router.gateway.liveness.Watchdog` within 1.5–1.75 heartbeats and treated the same way.
 
 Direction ``both`` on one address: the gateway's own consumer link would otherwise receive what its
 own producer link feeds from the broker (a loop). So the gateway looks at the node's address table
 (read only) and runs the address in one of two modes: while the mesh has no other consumer for the
 address, the consumer link is attached and messages are stored in the broker; once another consumer
 exists, the consumer link is drained and detached (producers then reach that consumer directly) and
-the queue is fed to the mesh. Bridge a ``both`` address on one node only: two such nodes would see
-each other's consumer link.
+the queue is fed to the mesh. Only one node may do this for a given address: a lock queue in the
+broker decides which (:mod:`router.gateway.ownership`); the others stand by.
 """
 
 from __future__ import annotations
@@ -23,44 +24,48 @@ from collections.abc import Callable
 from typing import Any
 
 import pika
-from pika.adapters.asyncio_connection import AsyncioConnection
 
 from router.addressing import address_key
 from router.gateway.backoff import Backoff
 from router.gateway.config import BrokerConfig
 from router.gateway.consumer import FromBroker
-from router.gateway.local import LocalConnection
-from router.gateway.pika_io import install as install_write_coalescing
+from router.gateway.delivery091 import GatewayConnection
+from router.gateway.liveness import Watchdog, abort
+from router.gateway.nodelink import NodeConnection
+from router.gateway.ownership import BridgeLocks
 from router.gateway.publisher import Confirms, ToBroker
 from router.gateway.topology import Topology, topology
 
 log = logging.getLogger("router.gateway")
-install_write_coalescing()
 
 MODE_INTERVAL = 0.1     # seconds between looks at the address table (direction both)
 STAT_NAMES = ("published", "confirmed", "returned", "nacked", "consumed", "acked", "requeued",
-              "dead_lettered", "connects", "failures")
+              "dead_lettered", "connects", "failures", "silent")
 
 
 class BrokerGateway:
     """The bridge between one AMQP 0-9-1 broker and the node it runs in."""
 
     def __init__(self, config: BrokerConfig, node_id: str, loop: asyncio.AbstractEventLoop,
-                 local: LocalConnection, core: Any = None) -> None:
+                 local: NodeConnection, core: Any = None) -> None:
         self.config = config
         self.name = config.name
         self.node_id = node_id
         self.loop = loop
         self.local = local
         self.core = core
+        self.url = safe_url(config.url)
         self.stats = dict.fromkeys(STAT_NAMES, 0)
-        self.connection: AsyncioConnection | None = None
+        self.connection: GatewayConnection | None = None
         self.confirms: Confirms | None = None
+        self.peak_unconfirmed = 0       # most unconfirmed publishes at once, over every connection
+        self.publish_writes = 0         # publish buffers written, over every connection
         self.up = False
         self.stopping = False
-        self.backoff = Backoff(f"gateway {self.name}: broker {_safe_url(config.url)}", log)
+        self.backoff = Backoff(f"gateway {self.name}: broker {self.url}", log)
         self._retry: asyncio.TimerHandle | None = None
         self._mode_handle: asyncio.TimerHandle | None = None
+        self._watchdog: Watchdog | None = None
         self.to_broker: dict[str, ToBroker] = {}
         self.from_broker: dict[str, FromBroker] = {}
         self.topologies: list[Topology] = []
@@ -72,6 +77,8 @@ class BrokerGateway:
             if b.from_broker:
                 self.from_broker[b.address] = FromBroker(self, b.address, topo)
         self.both = [a for a in self.to_broker if a in self.from_broker]
+        self.locks = BridgeLocks(self.name, self.both, loop, lambda _address: self._apply_modes())
+        self.consumer_channels: dict[str, Any] = {}
         self.declare = [b.declare for b in config.addresses]
 
     # ---- start / stop -----------------------------------------------------------------------------------
@@ -104,7 +111,7 @@ class BrokerGateway:
         params.socket_timeout = 5
         params.stack_timeout = 10
         params.client_properties = {"connection_name": f"meshrouter {self.node_id} gateway {self.name}"}
-        self.connection = AsyncioConnection(params, on_open_callback=self._on_open,
+        self.connection = GatewayConnection(params, on_open_callback=self._on_open,
                                             on_open_error_callback=self._on_open_error,
                                             on_close_callback=self._on_closed, custom_ioloop=self.loop)
 
@@ -131,13 +138,29 @@ class BrokerGateway:
         self._retry_later(f"connection closed during set-up ({exc!r})" if not was_up else f"lost ({exc!r})")
 
     def _on_open(self, conn: Any) -> None:
+        if self.config.heartbeat > 0:
+            self._watchdog = Watchdog(self.loop, conn, self.config.heartbeat,
+                                      lambda silent: self._on_silent(conn, silent))
         conn.channel(on_open_callback=self._on_pub_channel)
+
+    def _on_silent(self, conn: Any, silent: float) -> None:
+        if conn is not self.connection:
+            return
+        self.stats["silent"] += 1
+        log.warning("gateway %s: broker %s silent for %.1f s (heartbeat %d s): dropping the connection",
+                    self.name, self.url, silent, self.config.heartbeat)
+        abort(conn, f"no data or heartbeat from the broker for {silent:.1f} s")
 
     def _on_pub_channel(self, ch: Any) -> None:
         ch.add_on_close_callback(self._on_channel_closed)
-        self.confirms = Confirms(ch, self.stats)
-        ch.add_on_return_callback(self.confirms.on_return)
-        ch.confirm_delivery(self.confirms.on_confirm, callback=lambda _f: self._declare(ch))
+        confirms = self.confirms = Confirms(ch, self.stats, self.config.confirm_window, self.loop)
+        ch.add_on_return_callback(confirms.on_return)
+
+        def selected(_frame: Any) -> None:
+            self.connection.fast_confirms(ch, confirms.confirm)
+            self._declare(ch)
+
+        ch.confirm_delivery(confirms.on_confirm, callback=selected)
 
     def _declare(self, ch: Any) -> None:
         steps: list[Callable[[Callable[[Any], None]], None]] = []
@@ -153,19 +176,19 @@ class BrokerGateway:
             if topo.queue is not None and topo.bind_key is not None:
                 steps.append(lambda cb, t=topo: ch.queue_bind(t.queue, t.exchange, routing_key=t.bind_key,
                                                               callback=cb))
-        consumers = list(self.from_broker.values())
-        opened: dict[FromBroker, Any] = {}
+        consumers = list(self.from_broker)
+        opened: dict[str, Any] = {}
 
         def open_consumer_channels(_frame: Any = None) -> None:
-            for bridge in consumers:
-                if bridge not in opened:
-                    self.connection.channel(on_open_callback=lambda c, b=bridge: got_channel(b, c))
+            for address in consumers:
+                if address not in opened:
+                    self.connection.channel(on_open_callback=lambda c, a=address: got_channel(a, c))
                     return
             self._broker_up(opened)
 
-        def got_channel(bridge: FromBroker, c: Any) -> None:
+        def got_channel(address: str, c: Any) -> None:
             c.add_on_close_callback(self._on_channel_closed)
-            opened[bridge] = c
+            opened[address] = c
             open_consumer_channels()
 
         _chain(steps, open_consumer_channels)
@@ -181,20 +204,30 @@ class BrokerGateway:
             conn.close()
 
     # ---- broker up / down -------------------------------------------------------------------------------
-    def _broker_up(self, channels: dict[FromBroker, Any]) -> None:
+    def _broker_up(self, channels: dict[str, Any]) -> None:
         self.up = True
         self.stats["connects"] += 1
         self.backoff.succeeded()
-        log.info("gateway %s: connected to %s, %d addresses bridged", self.name, _safe_url(self.config.url),
+        log.info("gateway %s: connected to %s, %d addresses bridged", self.name, self.url,
                  len(self.config.addresses))
-        for bridge, ch in channels.items():
-            bridge.start(ch)
+        self.consumer_channels = channels
+        for address, ch in channels.items():
+            if address not in self.both:         # a `both` address starts once its lock is taken
+                self.from_broker[address].start(ch)
+        self.locks.start(self.connection)
         self._apply_modes()
 
     def _broker_down(self) -> None:
         self.up = False
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
+        self.locks.stop()
+        self.consumer_channels = {}
         confirms, self.confirms = self.confirms, None
         if confirms is not None:
+            self.peak_unconfirmed = max(self.peak_unconfirmed, confirms.peak)
+            self.publish_writes += confirms.publisher.writes
             confirms.fail_all()
         for bridge in self.to_broker.values():
             bridge.detach()
@@ -214,13 +247,18 @@ class BrokerGateway:
         return sum(1 for c in a.consumers if c.conn is not mine) + len(a.remote)
 
     def _apply_modes(self) -> None:
+        if not self.up:
+            return
+        owned = self.locks.owned
         for address, tb in self.to_broker.items():
             fb = self.from_broker.get(address)
-            if not self.up:
-                continue
             if fb is None:
                 tb.attach()
                 continue
+            if address not in owned:
+                continue                          # another node bridges it: stand by
+            if fb.channel is None:
+                fb.start(self.consumer_channels[address])
             feeding = self.other_consumers(address) > 0
             if feeding:
                 tb.retire()
@@ -236,14 +274,58 @@ class BrokerGateway:
         self._mode_handle = self.loop.call_later(MODE_INTERVAL, self._mode_tick)
 
     # ---- state ------------------------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        """``connected``, ``connecting`` (an attempt in progress) or ``down`` (waiting to retry)."""
+        if self.up:
+            return "connected"
+        if self.connection is not None and not self.stopping:
+            return "connecting"
+        return "down"
+
+    def counters(self) -> dict[str, int]:
+        """Totals since the node started, and what is in flight now."""
+        conf = self.confirms
+        peak = max(self.peak_unconfirmed, conf.peak if conf is not None else 0)
+        return {
+            **self.stats,
+            "unconfirmed": len(conf.unconfirmed) if conf is not None else 0,
+            "waiting": len(conf.waiting) if conf is not None else 0,
+            "peak_unconfirmed": peak,
+            "publish_writes": self.publish_writes + (conf.publisher.writes if conf is not None else 0),
+            "inflight_to_mesh": sum(len(fb.inflight) for fb in self.from_broker.values()),
+            "reconnects": max(0, self.stats["connects"] - 1),
+        }
+
     def snapshot(self) -> dict[str, Any]:
         return {
             "connected": self.up,
-            "unconfirmed": len(self.confirms.unconfirmed) if self.confirms is not None else 0,
-            "inflight_to_mesh": sum(len(fb.inflight) for fb in self.from_broker.values()),
+            "state": self.state,
+            "url": self.url,
             "links": sum(1 for b in self.to_broker.values() if b.attached)
             + sum(1 for b in self.from_broker.values() if b.attached),
-            **self.stats,
+            "standby": self.locks.standby if self.up else [],
+            **self.counters(),
+        }
+
+    def entity(self) -> dict[str, Any]:
+        """The management ``broker`` entity (docs/MANAGEMENT.md)."""
+        c = self.counters()
+        return {
+            "identity": self.name,
+            "url": self.url,
+            "state": self.state,
+            "addresses": [b.address for b in self.config.addresses],
+            "published": c["published"],
+            "confirmed": c["confirmed"],
+            "returned": c["returned"],
+            "nacked": c["nacked"],
+            "unconfirmed": c["unconfirmed"],
+            "consumed": c["consumed"],
+            "acked": c["acked"],
+            "requeued": c["requeued"],
+            "deadLettered": c["dead_lettered"],
+            "reconnects": c["reconnects"],
         }
 
 
@@ -258,7 +340,7 @@ def _chain(steps: list[Callable[[Callable[[Any], None]], None]], done: Callable[
     run(0)
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without its password."""
     scheme, sep, rest = url.partition("://")
     creds, at, host = rest.rpartition("@")

@@ -75,6 +75,41 @@ def test_fanout_to_three_consumers_and_return_when_nothing_is_bound(node_factory
     assert snd.send(make_message("nobody")).wait().outcome == "RELEASED"
 
 
+def test_returns_match_their_publishes_with_and_without_the_tag_header(node_factory, broker):
+    """Returns are matched by exchange, routing key and body; identical bodies in flight at once
+    carry the sequence-number header instead. Every returned publish settles RELEASED, every routed
+    one ACCEPTED, and only the identical ones carried the header."""
+    fan = f"multicast/{broker.prefix}/late"
+    queue = f"{broker.prefix}.late-q"
+    broker.track(queues=(queue,), exchanges=(fan,))
+    node = node_factory("A", extra=gateway_config(
+        {"address": fan, "semantics": "multicast", "direction": "to-broker", "durable": False}))
+    wait_connected(node)
+    snd = Client(node.url).sender(fan)
+    snd.wait_credit()
+    bodies = [f"distinct-{i}".encode() for i in range(20)] + [b"same"] * 20
+
+    def burst() -> list:
+        out = []
+        for body in bodies:
+            m = make_message(body)
+            m.inferred = True
+            out.append(snd.send(m))
+        wait_for(lambda: all(t.settled for t in out), what="the burst settled")
+        return out
+
+    assert {t.outcome for t in burst()} == {"RELEASED"}          # nothing bound: all returned
+    assert gateway_state(node)["returned"] == 40
+    broker.declare_queue(queue, auto_delete=False)
+    broker.bind(queue, fan)
+    assert {t.outcome for t in burst()} == {"ACCEPTED"}
+    stored = broker.get_all(queue)
+    assert sorted(body for _props, body in stored) == sorted(bodies)
+    tagged = [body for props, body in stored if "x-amqp1-gw-seq" in (props.headers or {})]
+    assert 0 < len(tagged) < 20 and set(tagged) == {b"same"}
+    assert all(props.headers is None for props, body in stored if body != b"same")
+
+
 def test_released_is_requeued_and_delivered_again(node_factory, broker):
     addr = broker.name("requeue")
     broker.track(queues=(addr,))
@@ -184,6 +219,7 @@ def test_no_credit_while_the_broker_is_unreachable(node_factory, broker):
     assert_stays(lambda: snd.credit == 0, 2.0, "producer without credit")
     st = gateway_state(node)
     assert not st["connected"] and st["failures"] >= 2 and st["links"] == 0
+    assert st["state"] in ("down", "connecting") and st["url"] == "amqp://guest@127.0.0.1:1/%2F"
     warnings = [ln for ln in node.stderr_tail(500).splitlines() if "retrying" in ln]
     assert len(warnings) == 1, "one log line per failure streak"
 
@@ -211,3 +247,23 @@ def _exists(broker, queue: str) -> bool:
 
 
 __all__ = ["Message", "symbol"]
+
+
+def test_broker_entity_for_management(node_factory, broker):
+    """`$management` QUERY type=broker reads Gateways.entities() (docs/MANAGEMENT.md)."""
+    from tests.management.agentkit import Requester
+
+    addr = broker.name("mgmt")
+    broker.track(queues=(addr,))
+    node = node_factory("A", extra=gateway_config(
+        {"address": addr, "semantics": "anycast", "direction": "to-broker", "durable": False}))
+    wait_connected(node)
+    snd = Client(node.url).sender(addr)
+    snd.wait_credit()
+    for i in range(3):
+        assert snd.send(make_message(f"m{i}")).wait().outcome == "ACCEPTED"
+    (row,) = Requester(Client(node.url)).query("broker")
+    assert row == {"identity": "rabbit", "url": "amqp://guest@127.0.0.1:5672/%2F", "state": "connected",
+                   "addresses": [addr], "published": 3, "confirmed": 3, "returned": 0, "nacked": 0,
+                   "unconfirmed": 0, "consumed": 0, "acked": 0, "requeued": 0, "deadLettered": 0,
+                   "reconnects": 0}
