@@ -1,6 +1,7 @@
 """Command line: ``meshrouter run CONFIG``, ``meshrouter check-config FILE`` (see docs/CONTRACTS.md),
+``meshrouter passwd FILE USER`` (router/security/users.py),
 ``meshrouter analyze RECORDS_DIR --out REPORT_DIR`` (router/analytics) and
-``meshrouter mesh up|status|down|run TOPOLOGY`` (router/meshctl)."""
+``meshrouter mesh up|status|down|run|graph`` (router/meshctl) and ``meshrouter stat`` (router/management)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,17 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_passwd(args: argparse.Namespace) -> int:
+    from router.security.users import passwd_command
+
+    code, message = passwd_command(args.file, args.user, args.delete)
+    if code:
+        _error(message)
+    else:
+        print(message, flush=True)
+    return code
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``meshrouter`` argument parser."""
     parser = argparse.ArgumentParser(prog=PRODUCT, description="AMQP 1.0 message-router node.")
@@ -71,12 +83,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE", help="YAML config file")
     check.set_defaults(func=_cmd_check_config)
 
+    pw = commands.add_parser("passwd", help="add or change a user of a SASL PLAIN users file "
+                                           "(password from the prompt or one line of stdin)")
+    pw.add_argument("file", metavar="FILE", help="users file (created if missing, mode 0600)")
+    pw.add_argument("user", metavar="USER", help="user name")
+    pw.add_argument("--delete", action="store_true", help="remove USER instead")
+    pw.set_defaults(func=_cmd_passwd)
+
     from router.analytics.cli import add_parser as add_analyze  # no PySpark import until it runs
 
     add_analyze(commands)
     from router.meshctl.cli import add_parser as add_mesh
 
     add_mesh(commands)
+    from router.management.stat import add_parser as add_stat  # no Proton import until it runs
+
+    add_stat(commands)
     return parser
 
 

@@ -45,13 +45,56 @@ _WILDCARDS = ("*", "#")
 
 
 @dataclass(frozen=True)
+class ListenerTls:
+    """TLS on a listener: our certificate, and optionally the client certificates we require."""
+
+    cert: str
+    key: str
+    key_password_file: str | None = None   # first line = the key's password
+    ca: str | None = None                  # CAs that sign acceptable client certificates
+    require_client_cert: bool = False      # mutual TLS: a client without a certificate signed by ca fails
+    protocols: tuple[str, ...] = ()        # e.g. ("TLSv1.2", "TLSv1.3"); () = OpenSSL's defaults
+
+
+@dataclass(frozen=True)
+class ListenerSasl:
+    """SASL on a listener: what clients may authenticate with, and where PLAIN users come from."""
+
+    mechanisms: tuple[str, ...] = ("ANONYMOUS",)   # ANONYMOUS, PLAIN, EXTERNAL
+    users_file: str | None = None          # PLAIN against this meshrouter users file (scrypt hashes)
+    sasldb: str | None = None              # or PLAIN against this Cyrus sasldb (the system's SASL database)
+    allow_plain_without_tls: bool = False  # offer PLAIN on connections without TLS too
+
+
+@dataclass(frozen=True)
 class ListenerConfig:
-    """One listening socket."""
+    """One listening socket, with its security settings and per-connection limits (None = no limit)."""
 
     host: str
     port: int  # 0 = pick a free port
     role: str = "normal"   # "normal" (clients) or "inter-router" (peer nodes)
     cost: int = 1          # inter-router: cost of links made through this listener
+    tls: ListenerTls | None = None
+    sasl: ListenerSasl = ListenerSasl()
+    max_connections: int | None = None     # more are refused (amqp:resource-limit-exceeded)
+    max_frame_size: int = 16384            # offered in our Open frame
+    max_message_size: int | None = None    # bigger transfers are REJECTED (amqp:link:message-size-exceeded)
+    max_sessions: int | None = None        # Proton channel-max + 1
+    max_links: int | None = None           # client links per connection; more are refused
+    idle_timeout: float | None = None      # seconds; None = node.idle_timeout, 0 = no heartbeats
+
+
+@dataclass(frozen=True)
+class ConnectorTls:
+    """TLS on a connector: the CA that must sign the peer's certificate, and ours if we present one."""
+
+    ca: str
+    cert: str | None = None
+    key: str | None = None
+    key_password_file: str | None = None
+    verify_peer_name: bool = True          # the peer certificate must name peer_name (default: host)
+    peer_name: str | None = None
+    protocols: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,6 +105,17 @@ class ConnectorConfig:
     port: int
     role: str = "inter-router"
     cost: int = 1
+    tls: ConnectorTls | None = None
+    # SASL mechanisms we may use (EXTERNAL preferred); None = EXTERNAL (with a certificate) and ANONYMOUS
+    sasl_mechanisms: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The optional HTTP listener serving Prometheus metrics at `/metrics`."""
+
+    host: str = "127.0.0.1"
+    port: int = 9464       # 0 = pick a free port (printed as "listening: role=metrics url=...")
 
 
 @dataclass(frozen=True)
@@ -92,6 +146,7 @@ class NodeConfig:
     router_timers: Mapping[str, float] = field(default_factory=_empty_mapping, hash=False)
     telemetry: TelemetryConfig | None = None
     brokers: tuple[BrokerConfig, ...] = ()
+    metrics: MetricsConfig | None = None
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
@@ -429,6 +484,185 @@ def _brokers(entries: list[dict[str, Any]], rules: list[AddressRule],
     return tuple(out)
 
 
+# ------------------------------------------------- listeners and connectors: TLS, SASL, limits
+
+TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+SASL_MECHANISMS = ("ANONYMOUS", "PLAIN", "EXTERNAL")
+CONNECTOR_SASL_MECHANISMS = ("ANONYMOUS", "EXTERNAL")
+UINT32_MAX = 2**32 - 1
+
+
+def _path(value: object, path: str) -> str:
+    if not _string(value, path).strip():
+        raise _Invalid(path, "must not be empty")
+    return value
+
+
+def _protocols(value: object, path: str) -> tuple[str, ...]:
+    names = _list_of(_choice(TLS_PROTOCOLS, "TLS protocol"), "TLS protocols", at_least=1)(value, path)
+    _first_duplicate(names, lambda i: f"{path}[{i}]", "protocol")
+    return tuple(names)
+
+
+def _mechanisms(allowed: tuple[str, ...]) -> Checker:
+    def check(value: object, path: str) -> tuple[str, ...]:
+        def one(v: object, p: str) -> str:
+            name = _string(v, p).upper()
+            if name not in allowed:
+                raise _Invalid(p, f"unknown SASL mechanism {v!r} (valid: {', '.join(allowed)})")
+            return name
+
+        names = _list_of(one, "SASL mechanisms", at_least=1)(value, path)
+        _first_duplicate(names, lambda i: f"{path}[{i}]", "mechanism")
+        return tuple(names)
+
+    return check
+
+
+def _dataclass_of(cls: type, keys: Mapping[str, _Key]) -> Checker:
+    return lambda value, path: cls(**_section(value, path, keys))
+
+
+_LISTENER_TLS = {
+    "cert": _Key(_path, required=True),
+    "key": _Key(_path, required=True),
+    "key_password_file": _Key(_path, default=None),
+    "ca": _Key(_path, default=None),
+    "require_client_cert": _Key(_bool, default=False),
+    "protocols": _Key(_protocols, default=()),
+}
+_LISTENER_SASL = {
+    "mechanisms": _Key(_mechanisms(SASL_MECHANISMS), default=("ANONYMOUS",)),
+    "users_file": _Key(_path, default=None),
+    "sasldb": _Key(_path, default=None),
+    "allow_plain_without_tls": _Key(_bool, default=False),
+}
+_CONNECTOR_TLS = {
+    "ca": _Key(_path, required=True),
+    "cert": _Key(_path, default=None),
+    "key": _Key(_path, default=None),
+    "key_password_file": _Key(_path, default=None),
+    "verify_peer_name": _Key(_bool, default=True),
+    "peer_name": _Key(_host, default=None),
+    "protocols": _Key(_protocols, default=()),
+}
+_CONNECTOR_SASL = {
+    "mechanisms": _Key(_mechanisms(CONNECTOR_SASL_MECHANISMS), required=True),
+}
+
+
+class _Files:
+    """Resolves paths against the config file's directory and checks that the files can be used."""
+
+    def __init__(self, source: str) -> None:
+        self.base = os.path.dirname(os.path.abspath(source)) if os.path.isfile(source) else os.getcwd()
+
+    def file(self, value: str | None, path: str) -> str | None:
+        if value is None:
+            return None
+        from router.security.files import readable_file
+
+        full = os.path.normpath(os.path.join(self.base, os.path.expanduser(value)))
+        problem = readable_file(full)
+        if problem is not None:
+            raise _Invalid(path, problem)
+        return full
+
+    def cert_key(self, tls: ListenerTls | ConnectorTls, path: str) -> dict[str, Any]:
+        """Resolved cert, key, password file and CA of a tls section, checked to load together."""
+        from router.security.files import check_ca, check_cert_key, read_password_file
+
+        out = {"cert": self.file(tls.cert, f"{path}.cert"), "key": self.file(tls.key, f"{path}.key"),
+               "key_password_file": self.file(tls.key_password_file, f"{path}.key_password_file"),
+               "ca": self.file(tls.ca, f"{path}.ca")}
+        if out["ca"] is not None and (problem := check_ca(out["ca"])) is not None:
+            raise _Invalid(f"{path}.ca", problem)
+        if (out["cert"] is None) != (out["key"] is None):
+            which = "key" if out["cert"] is None else "cert"
+            raise _Invalid(f"{path}.{which}", "needs tls.cert and tls.key together")
+        password = None
+        if out["key_password_file"] is not None:
+            password, problem = read_password_file(out["key_password_file"])
+            if problem is not None:
+                raise _Invalid(f"{path}.key_password_file", problem)
+        if out["cert"] is not None and (bad := check_cert_key(out["cert"], out["key"], password)):
+            raise _Invalid(f"{path}.{bad[0]}", bad[1])
+        return out
+
+
+def _secure_listener(lc: ListenerConfig, path: str, files: _Files) -> ListenerConfig:
+    """Check a listener's TLS and SASL settings together, with their files; resolve their paths."""
+    import dataclasses
+
+    from router.security.users import UsersFileError, load_users
+
+    tls, sasl = lc.tls, lc.sasl
+    if tls is not None:
+        tls = dataclasses.replace(tls, **files.cert_key(tls, f"{path}.tls"))
+        if tls.require_client_cert and tls.ca is None:
+            raise _Invalid(f"{path}.tls.require_client_cert", "needs tls.ca (the CAs that sign client "
+                                                              "certificates)")
+    mechs = sasl.mechanisms
+    if "EXTERNAL" in mechs and (tls is None or not tls.require_client_cert):
+        raise _Invalid(f"{path}.sasl.mechanisms", "EXTERNAL needs tls with require_client_cert: true")
+    if "PLAIN" in mechs:
+        if (sasl.users_file is None) == (sasl.sasldb is None):
+            key = "mechanisms" if sasl.users_file is None else "sasldb"
+            raise _Invalid(f"{path}.sasl.{key}", "PLAIN needs exactly one of sasl.users_file (a meshrouter "
+                                                 "users file) or sasl.sasldb (a Cyrus sasldb)")
+        if tls is None and not sasl.allow_plain_without_tls and mechs == ("PLAIN",):
+            raise _Invalid(f"{path}.sasl.mechanisms", "PLAIN is refused on connections without TLS, so no "
+                                                      "client could authenticate here: add tls, or set "
+                                                      "sasl.allow_plain_without_tls: true")
+    else:
+        for key in ("users_file", "sasldb", "allow_plain_without_tls"):
+            if getattr(sasl, key):
+                raise _Invalid(f"{path}.sasl.{key}", "only used with PLAIN: add PLAIN to sasl.mechanisms")
+    users_file = files.file(sasl.users_file, f"{path}.sasl.users_file")
+    if users_file is not None:
+        try:
+            load_users(users_file)
+        except UsersFileError as exc:
+            raise _Invalid(f"{path}.sasl.users_file", f"{users_file}: {exc}") from None
+    sasl = dataclasses.replace(sasl, users_file=users_file,
+                               sasldb=files.file(sasl.sasldb, f"{path}.sasl.sasldb"))
+    return dataclasses.replace(lc, tls=tls, sasl=sasl)
+
+
+def _secure_connector(cc: ConnectorConfig, path: str, files: _Files) -> ConnectorConfig:
+    """Check a connector's TLS and SASL settings with their files; resolve their paths."""
+    import dataclasses
+
+    tls = cc.tls
+    if tls is not None:
+        tls = dataclasses.replace(tls, **files.cert_key(tls, f"{path}.tls"))
+    mechs = cc.sasl_mechanisms or ()
+    if "EXTERNAL" in mechs and (tls is None or tls.cert is None):
+        raise _Invalid(f"{path}.sasl.mechanisms", "EXTERNAL needs tls.cert and tls.key (our client "
+                                                  "certificate)")
+    return dataclasses.replace(cc, tls=tls)
+
+
+def _connector(entry: dict[str, Any]) -> ConnectorConfig:
+    sasl = entry.pop("sasl")
+    return ConnectorConfig(**entry, sasl_mechanisms=sasl["mechanisms"] if sasl else None)
+
+
+def _one_sasldb(listeners: list[ListenerConfig]) -> None:
+    """Cyrus reads one configuration per process: every listener must use the same sasldb."""
+    first: tuple[int, str] | None = None
+    for i, lc in enumerate(listeners):
+        db = lc.sasl.sasldb
+        if db is None:
+            continue
+        if first is None:
+            first = (i, db)
+        elif db != first[1]:
+            raise _Invalid(f"listeners[{i}].sasl.sasldb",
+                           f"only one sasldb per node (Cyrus reads one configuration per process); "
+                           f"listeners[{first[0]}] uses {first[1]!r}")
+
+
 # -------------------------------------------------------------------------------------- tables
 
 _LISTENER = {
@@ -436,12 +670,26 @@ _LISTENER = {
     "port": _Key(_int_in(0, 65535), required=True),
     "role": _Key(_choice(ROLES, "role"), default="normal"),
     "cost": _Key(_int_in(1, MAX_COST), default=1),
+    "tls": _Key(_dataclass_of(ListenerTls, _LISTENER_TLS), default=None),
+    "sasl": _Key(_dataclass_of(ListenerSasl, _LISTENER_SASL), default=ListenerSasl()),
+    "max_connections": _Key(_int_in(1, 2**31 - 1), default=None),
+    "max_frame_size": _Key(_int_in(512, UINT32_MAX), default=16384),
+    "max_message_size": _Key(_int_in(1, 2**63 - 1), default=None),
+    "max_sessions": _Key(_int_in(1, 65536), default=None),
+    "max_links": _Key(_int_in(1, 2**31 - 1), default=None),
+    "idle_timeout": _Key(_number_at_least(0), default=None),
 }
 _CONNECTOR = {
     "host": _Key(_host, required=True),
     "port": _Key(_int_in(1, 65535), required=True),
     "role": _Key(_choice(CONNECTOR_ROLES, "role"), default="inter-router"),
     "cost": _Key(_int_in(1, MAX_COST), default=1),
+    "tls": _Key(_dataclass_of(ConnectorTls, _CONNECTOR_TLS), default=None),
+    "sasl": _Key(_table(_CONNECTOR_SASL), default=None),
+}
+_METRICS = {
+    "host": _Key(_host, default="127.0.0.1"),
+    "port": _Key(_int_in(0, 65535), default=9464),
 }
 _ROUTER = {name: _Key(_number_at_least(0.001), default=default) for name, default in ROUTER_TIMERS.items()}
 _RULE = {
@@ -467,6 +715,7 @@ _ROOT = {
     "router": _Key(_table(_ROUTER), default=dict(ROUTER_TIMERS)),
     "telemetry": _Key(_telemetry, default=None),
     "brokers": _Key(lambda v, p: _list_of(_table(_BROKER), "brokers")(v, p), default=[]),
+    "metrics": _Key(_table(_METRICS), default=None),
 }
 
 
@@ -489,11 +738,15 @@ def _build(data: object, source: str) -> NodeConfig:
                                  f"got {_type_name(data)}")
     root = _section(data, "", _ROOT)
     node, addresses = root["node"], root["addresses"]
-    listeners = [ListenerConfig(**entry) for entry in root["listeners"]]
+    files = _Files(source)
+    listeners = [_secure_listener(ListenerConfig(**entry), f"listeners[{i}]", files)
+                 for i, entry in enumerate(root["listeners"])]
+    _one_sasldb(listeners)
     rules = [AddressRule(**entry) for entry in addresses["rules"]]
     _first_duplicate([lc.port or None for lc in listeners], lambda i: f"listeners[{i}].port", "port")
     _first_duplicate([r.prefix for r in rules], lambda i: f"addresses.rules[{i}].prefix", "prefix")
-    connectors = [ConnectorConfig(**entry) for entry in root["connectors"]]
+    connectors = [_secure_connector(_connector(entry), f"connectors[{i}]", files)
+                  for i, entry in enumerate(root["connectors"])]
     _first_duplicate([(c.host, c.port) for c in connectors],
                      lambda i: f"connectors[{i}]", "host and port")
     timers = root["router"]
@@ -519,5 +772,6 @@ def _build(data: object, source: str) -> NodeConfig:
         router_timers=timers,
         telemetry=root["telemetry"],
         brokers=brokers,
+        metrics=MetricsConfig(**root["metrics"]) if root["metrics"] is not None else None,
         source=source,
     )

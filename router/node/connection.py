@@ -11,13 +11,20 @@ import socket
 
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
+    PN_LOCAL_CLOSED,
     PN_SYMBOL,
+    pn_condition_set_description,
+    pn_condition_set_name,
     pn_connection,
+    pn_connection_close,
     pn_connection_collect,
+    pn_connection_condition,
     pn_connection_offered_capabilities,
+    pn_connection_open,
     pn_connection_properties,
     pn_connection_release,
     pn_connection_set_container,
+    pn_connection_state,
     pn_data_enter,
     pn_data_exit,
     pn_data_put_array,
@@ -26,14 +33,21 @@ from cproton_ffi.lib import (
     pn_data_put_string,
     pn_data_put_symbol,
     pn_decref,
+    pn_link_is_sender,
+    pn_link_set_max_message_size,
     pn_sasl,
     pn_sasl_allowed_mechs,
+    pn_sasl_get_mech,
+    pn_ssl_get_cipher_name,
+    pn_ssl_get_protocol_name,
     pn_transport,
     pn_transport_bind,
     pn_transport_capacity,
     pn_transport_close_head,
     pn_transport_close_tail,
     pn_transport_closed,
+    pn_transport_get_user,
+    pn_transport_is_authenticated,
     pn_transport_peek,
     pn_transport_pending,
     pn_transport_pop,
@@ -46,6 +60,7 @@ from cproton_ffi.lib import (
 )
 
 from router import PRODUCT, __version__
+from router.security.sasl import use_builtin as use_builtin_sasl
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +68,7 @@ FLUSHED, BLOCKED, DONE = 0, 1, 2     # results of Connection.flush
 
 IO_CHUNK = 256 * 1024
 MAX_FRAME = 16384          # as qdrouterd's default; larger messages stream frame by frame
+UNLIMITED = 2**63          # "no limit" for the per-connection limits
 
 _rbuf = bytearray(IO_CHUNK)
 _rbuf_c = ffi.from_buffer(_rbuf)
@@ -81,7 +97,9 @@ class Connection:
     """Socket + Proton transport + Proton connection of one peer."""
 
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
-                 "want_write", "echo", "input_closed", "cost", "client", "router", "connector")
+                 "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
+                 "ident", "opened", "internal",
+                 "ssl", "listener", "max_message_size", "max_links")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -93,6 +111,14 @@ class Connection:
         self.cost = cost               # configured inter-router cost of this end
         self.router: object = None     # inter-router state (router.node.engine.RouterPeer), if any
         self.connector: object = None  # the connector that made it, if any
+        self.ident = 0                 # management identity (set by the engine)
+        self.opened = 0.0              # when it was accepted or made (epoch seconds, set by the engine)
+        self.internal = False          # an in-process client of this node (broker gateway, management)
+        # security and limits (router.security.policy sets them for listeners and connectors)
+        self.ssl: object = None        # pn_ssl_t* when the connection runs TLS
+        self.listener: str | None = None           # "host:port" of the listener that accepted it
+        self.max_message_size = UNLIMITED          # bigger transfers are rejected (engine)
+        self.max_links = UNLIMITED                 # client links beyond this are refused (admit_link)
         self.alive = True
         self.want_write = False
         self.input_closed = False      # no more input will be read (peer closed, or decode error)
@@ -106,8 +132,11 @@ class Connection:
         pn_transport_set_max_frame(t, MAX_FRAME)
         if idle_timeout > 0:
             pn_transport_set_idle_timeout(t, int(idle_timeout * 1000))
-        # SASL ANONYMOUS offered; clients that skip SASL are accepted too (auth: security issue).
-        pn_sasl_allowed_mechs(pn_sasl(t), b"ANONYMOUS")
+        # SASL ANONYMOUS offered (Proton's built-in mechanisms, not Cyrus); clients that skip SASL
+        # are accepted too. A listener's or connector's policy replaces this before any I/O.
+        sasl = pn_sasl(t)
+        use_builtin_sasl(t)
+        pn_sasl_allowed_mechs(sasl, b"ANONYMOUS")
         pn_transport_require_auth(t, False)
         pn_connection_set_container(c, node_id.encode())
         props = pn_connection_properties(c)
@@ -128,6 +157,9 @@ class Connection:
         pn_data_exit(caps)
         pn_connection_collect(c, collector)
         pn_transport_bind(t, c)
+
+    def __repr__(self) -> str:   # log lines name a connection (e.g. the link a bad control message came on)
+        return f"<{self.role} connection {self.peer}>"
 
     def read(self) -> list | None:
         """Read what the socket has into the transport. Returns echo requests seen, if any."""
@@ -189,9 +221,66 @@ class Connection:
         """Both directions of the transport are closed: the connection can be torn down."""
         return bool(pn_transport_closed(self.pn_transport))
 
+    # ---- security and limits ---------------------------------------------------------------------------
+    def admit_link(self, link: object) -> bytes | None:
+        """Apply the link limits to a link the peer attached: None if admitted, else why it is refused.
+
+        A receiving link is told the connection's max-message-size (in our attach).
+        """
+        if pn_connection_state(self.pn_conn) & PN_LOCAL_CLOSED:
+            return b"the connection is closing"
+        if self.role != "inter-router" and len(self.links) >= self.max_links:
+            return f"too many links on this connection (max_links {self.max_links})".encode()
+        if self.max_message_size < UNLIMITED and not pn_link_is_sender(link):
+            pn_link_set_max_message_size(link, self.max_message_size)
+        return None
+
+    def refuse(self, name: bytes, description: bytes) -> None:
+        """Answer the peer's Open with a Close carrying this error: the connection ends there."""
+        cond = pn_connection_condition(self.pn_conn)
+        pn_condition_set_name(cond, name)
+        pn_condition_set_description(cond, description)
+        pn_connection_open(self.pn_conn)
+        pn_connection_close(self.pn_conn)
+
+    @property
+    def security(self) -> str:
+        """"TLSv1.3(TLS_AES_256_GCM_SHA384)"; "TLS" until the handshake is done; else "no-security"."""
+        if self.ssl is None:
+            return "no-security"
+        buf = ffi.new("char[]", 128)
+        if self.pn_transport is None or not pn_ssl_get_protocol_name(self.ssl, buf, 128):
+            return "TLS"
+        protocol = ffi.string(buf).decode()
+        pn_ssl_get_cipher_name(self.ssl, buf, 128)
+        return f"{protocol}({ffi.string(buf).decode()})"
+
+    @property
+    def authenticated(self) -> bool:
+        """SASL succeeded with a mechanism other than none (ANONYMOUS counts, as in Proton)."""
+        return self.pn_transport is not None and bool(pn_transport_is_authenticated(self.pn_transport))
+
+    @property
+    def user(self) -> str | None:
+        """The authenticated user: the PLAIN user name, the client certificate's subject (EXTERNAL, in
+        RFC 2253 form, e.g. "CN=client,O=example") or "anonymous"; None before authentication."""
+        if self.pn_transport is None:
+            return None
+        p = pn_transport_get_user(self.pn_transport)
+        return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
+
+    @property
+    def sasl_mechanism(self) -> str | None:
+        """The SASL mechanism the peer used, None if it skipped SASL (or it is not done yet)."""
+        if self.pn_transport is None:
+            return None
+        p = pn_sasl_get_mech(pn_sasl(self.pn_transport))
+        return ffi.string(p).decode("ascii", "replace") if p != ffi.NULL else None
+
     def free(self) -> None:
         """Release the Proton objects (call once, after the connection left every table)."""
         pn_transport_unbind(self.pn_transport)
         pn_decref(self.pn_transport)
         pn_connection_release(self.pn_conn)
-        self.pn_transport = self.pn_conn = None
+        pn_decref(self.pn_conn)         # our reference from pn_connection() (= pn_connection_free)
+        self.pn_transport = self.pn_conn = self.ssl = None

@@ -2,7 +2,11 @@
 
 A connector dials its peer; when the attempt fails or the connection later drops, it tries again after a
 delay that doubles from 0.1 s up to 5 s, and goes back to 0.1 s once a connection has come up. A streak of
-failures is logged once (and its end once), never once per attempt.
+failures is logged once (and its end once), never once per attempt. Connections that end soon after TCP
+connected (TLS or authentication refused, the peer over its connection limit) count as failures too, so
+they back off the same way instead of being retried every 0.1 s.
+
+Its `policy` (router.security.policy, set by the server) applies TLS and SASL to each connection.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ log = logging.getLogger(__name__)
 
 FIRST_DELAY = 0.1
 MAX_DELAY = 5.0
+STABLE = 10.0         # a connection that lasted this long was a success: the backoff starts over
 
 
 class Connector:
@@ -31,6 +36,9 @@ class Connector:
         self.delay = FIRST_DELAY
         self.failures = 0
         self.conn: object = None
+        self.policy: object = None      # router.security.policy.ConnectionPolicy: TLS, SASL
+        self._since = 0.0               # loop time the current connection was made
+        self._short = 0                 # connections in a row that ended before STABLE
         self._task: asyncio.Task | None = None
         self._stopped = False
 
@@ -49,8 +57,19 @@ class Connector:
     def lost(self) -> None:
         """The connection it made is gone: dial again (after the current delay)."""
         self.conn = None
+        if self.loop.time() - self._since >= STABLE:
+            self._short = 0
+            self.delay = FIRST_DELAY
+        else:
+            self._short += 1
+        delay = self.delay
+        if self._short == 2:
+            log.warning("connections to %s keep ending soon after they are made (TLS, authentication or "
+                        "a limit of the peer?); retrying with backoff up to %gs", self.target, MAX_DELAY)
+        if self._short >= 2:
+            self.delay = min(self.delay * 2, MAX_DELAY)
         if not self._stopped:
-            self._schedule(self.delay)
+            self._schedule(delay)
 
     def _schedule(self, delay: float) -> None:
         if self._task is None or self._task.done():
@@ -78,7 +97,9 @@ class Connector:
             if self.failures:
                 log.info("connected to %s after %d failed attempts", self.target, self.failures)
             self.failures = 0
-            self.delay = FIRST_DELAY
+            if self._short < 2:
+                self.delay = FIRST_DELAY
+            self._since = self.loop.time()
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.conn = self._connected(sock, self)
             return
