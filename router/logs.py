@@ -67,12 +67,15 @@ class LogOnce:
         warn.once(("connect", peer), logging.WARNING, "cannot reach %s: %s", peer, err)  # suppressed
         warn.reset(("connect", peer))  # after success: the next failure is logged again
 
-    Keys stay remembered until reset, so use keys from a bounded set (peers, links, listeners).
+    Keys stay remembered until reset, so use keys from a bounded set (peers, links, listeners). Keys
+    that come from the network (a peer's node id) are not: beyond ``max_keys`` the oldest key is
+    forgotten, so memory stays bounded whatever peers send (its next failure is logged again).
     """
 
-    def __init__(self, logger: logging.Logger | str) -> None:
+    def __init__(self, logger: logging.Logger | str, max_keys: int = 1024) -> None:
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         self._suppressed: dict[Hashable, int] = {}  # key -> repeats swallowed since it was logged
+        self._max_keys = max_keys
         self._lock = threading.Lock()
 
     def once(self, key: Hashable, level: int | str, msg: str, *args: object, **kwargs: object) -> bool:
@@ -81,6 +84,8 @@ class LogOnce:
             if key in self._suppressed:
                 self._suppressed[key] += 1
                 return False
+            if len(self._suppressed) >= self._max_keys:
+                del self._suppressed[next(iter(self._suppressed))]   # the oldest
             self._suppressed[key] = 0
         kwargs.setdefault("stacklevel", 2)
         self.logger.log(parse_level(level), msg, *args, **kwargs)  # type: ignore[arg-type]

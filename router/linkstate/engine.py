@@ -302,6 +302,13 @@ class LinkStateEngine:
         """The link-state graph as a networkx ``DiGraph`` (edge attribute ``cost``), built on each call."""
         return to_networkx(self._topology.adjacency)
 
+    def remote_nodes(self) -> list[dict[str, Any]]:
+        """Every other node the link-state database knows: id, instance, ls_seq, mobile_seq, addresses."""
+        return [{"id": node.id, "instance": node.instance, "ls_seq": node.ls_seq,
+                 "mobile_seq": self._remote.seq_of(node.id),
+                 "addresses": len(self._remote.addresses_of(node.id))}
+                for node in sorted(self._lsdb.nodes.values(), key=lambda n: n.id)]
+
     def link_state(self, node: str) -> Mapping[str, int] | None:
         """The link state held for ``node`` (own included), None if unknown."""
         peers = self._lsdb.peers_of(node)
@@ -358,7 +365,9 @@ class LinkStateEngine:
 
     # == internals ========================================================================================
     def _classify(self, to: str | None) -> tuple[Scope, str | None]:
-        result = self._scopes[to] = classify(to)
+        result = classify(to)
+        if len(self._scopes) < 1024:    # `to` comes from peers: a bounded cache of the usual ones
+            self._scopes[to] = result
         return result
 
     def _admit(self, msg: ControlMessage, now: float, out: list[Outgoing], request_ls: bool) -> bool:
@@ -436,6 +445,7 @@ class LinkStateEngine:
         for node in deleted:
             log.debug("node %s forgotten", node)
             self._remote.flush(node)
+            self._flood_parent.pop(node, None)
             self._want_lsr.pop(node, None)
             self._want_mar.discard(node)
             self._awaiting_lsu.discard(node)

@@ -25,7 +25,7 @@ def flood_key(opcode: str, body: Any) -> tuple[Hashable, ...] | None:
         else:
             return None
         hash(key)
-    except (TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError, AttributeError, ValueError):  # ValueError: a writable memoryview
         return None  # malformed: let validation report it
     return key
 

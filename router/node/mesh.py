@@ -36,13 +36,17 @@ def decode_control(data: bytes) -> dict[str, Any]:
     m = Message()
     try:
         m.decode(data)
+        # reading the fields decodes them too: invalid UTF-8, unhashable map keys... raise here
+        to, props, body, annotations = m.address, m.properties, m.body, m.annotations
     except Exception as exc:          # Proton raises several types for bad input
         raise ControlMessageError(f"undecodable control message: {exc}") from None
-    props = m.properties or {}
-    trace = (m.annotations or {}).get(TRACE) or []
+    if not isinstance(props or {}, dict) or not isinstance(annotations or {}, dict):
+        raise ControlMessageError("application properties and message annotations must be maps")
+    props = props or {}
+    trace = (annotations or {}).get(TRACE) or []
     if not isinstance(trace, list):
         raise ControlMessageError("x-opt-qd.trace must be a list")
-    return {"to": m.address, "opcode": props.get("opcode"), "body": m.body,
+    return {"to": to, "opcode": props.get("opcode"), "body": body,
             "trace": [t[2:] if isinstance(t, str) and t.startswith("0/") else t for t in trace]}
 
 

@@ -83,7 +83,7 @@ class RouterPeer:
 def peer_from_open(pn_conn: object, own_cost: int) -> RouterPeer:
     """The peer's node id (its container id) and the link cost: max of both ends' costs."""
     c = pn_connection_remote_container(pn_conn)
-    node_id = ffi.string(c).decode() if c != ffi.NULL else ""
+    node_id = ffi.string(c).decode(errors="replace") if c != ffi.NULL else ""  # any bytes: no crash
     peer_cost = 1
     props = _data_object(pn_connection_remote_properties(pn_conn)) or {}
     if isinstance(props, dict):
@@ -107,10 +107,13 @@ def capabilities(terminus: object) -> set[str]:
 
 
 def _data_object(pn_data: object) -> object:
-    """The Python value held by a Proton pn_data_t (None when empty); leaves it rewound."""
+    """The Python value held by a Proton pn_data_t (None when empty or unreadable); leaves it rewound."""
     d = Data(pn_data)
     d.rewind()
-    value = d.get_object() if d.next() else None
+    try:
+        value = d.get_object() if d.next() else None
+    except Exception:           # e.g. a symbol that is not ASCII, an unhashable map key: ignored
+        value = None
     d.rewind()
     return value
 

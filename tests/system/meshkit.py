@@ -19,19 +19,26 @@ import socket
 import struct
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from proton import Data, symbol
 
 from tests.integration.helpers import (
+    ACCEPTED,
+    MODIFIED,
+    REJECTED,
+    RELEASED,
     Client,
     ReceiverLink,
     SenderLink,
     Tracker,
     WaitTimeout,
     make_message,
+    outcome_name,
     pump,
+    rss_bytes,
     wait_for,
 )
 
@@ -86,9 +93,10 @@ def inter_router_port(node) -> int:
 
 def start(node_factory, node_id: str, *, listen: bool = False, connect: Iterable[tuple[int, int]] = (),
           listen_cost: int = 1, hello: float = HELLO, hello_max_age: float | None = None,
-          rules=RULES, link_capacity: int = 250, log_level: str = "info"):
+          rules=RULES, link_capacity: int = 250, log_level: str = "info", idle_timeout: float | None = None):
     """One node with a client listener (port 0), optionally an inter-router listener, and connectors
-    ``(port, cost)``; short control-plane timers as in tests/integration/test_mesh_control.py."""
+    ``(port, cost)``; short control-plane timers as in tests/integration/test_mesh_control.py.
+    ``idle_timeout``: the node's AMQP idle timeout (default: node_factory's)."""
     listeners = [{"host": "127.0.0.1", "port": 0, "role": "normal"}]
     if listen:
         listeners.append({"host": "127.0.0.1", "port": 0, "role": "inter-router", "cost": listen_cost})
@@ -98,7 +106,9 @@ def start(node_factory, node_id: str, *, listen: bool = False, connect: Iterable
         "router": {"hello_interval": hello, "hello_max_age": hello_max_age or hello * 3,
                    "ra_interval_flux": 1.0},
     }
-    return node_factory(node_id, rules=rules, link_capacity=link_capacity, log_level=log_level, extra=extra)
+    more = {} if idle_timeout is None else {"idle_timeout": idle_timeout}
+    return node_factory(node_id, rules=rules, link_capacity=link_capacity, log_level=log_level, extra=extra,
+                        **more)
 
 
 def build(node_factory, names: Sequence[str], edges: Iterable[tuple[str, str, int]], *,
@@ -393,3 +403,203 @@ class TcpProxy:
         self.cut()
         self._stop = True
         self._thread.join(2)
+
+
+# --------------------------------------------------------------------------------------------------
+# robustness helpers (tests/faults, tests/fuzz, tests/netns): an audited stream, RSS sampling, a
+# proxy that can blackhole its connections
+# --------------------------------------------------------------------------------------------------
+
+
+class AuditStream:
+    """A producer that keeps up to ``window`` deliveries in flight and records every attempt, for the
+    message audit of the fault tests: every message was accepted by a consumer or came back to the
+    producer RELEASED / MODIFIED / REJECTED; none vanished, none was duplicated by the mesh.
+
+    Message ``mid`` (0, 1, ...) carries the application property ``mid`` and the body
+    ``f"{tag}-{mid}"`` (followed by ``pad`` dots). With ``resend`` a RELEASED or MODIFIED attempt is
+    sent again (as the router's RPC clients do), so in the end every message is accepted exactly
+    once. ``rate`` (msg/s) paces new messages. Call :meth:`poll` while pumping
+    (``wait_until(stream.poll_until_done, ...)``)."""
+
+    def __init__(self, sender: SenderLink, receivers: Sequence[ReceiverLink], *, total: int | None = None,
+                 window: int = 50, resend: bool = True, rate: float | None = None, tag: str = "m",
+                 pad: int = 0):
+        self.sender = sender
+        self.receivers = list(receivers)
+        self.total = total
+        self.window = window
+        self.resend = resend
+        self.rate = rate
+        self.tag = tag
+        self.pad = "." * pad
+        self.sending = True
+        self.next_id = 0
+        self.attempts = 0
+        self.per_id: dict[int, list[int | None]] = {}
+        self.pending: dict[str, tuple[int, Tracker]] = {}
+        self.to_resend: list[int] = []
+        self.modified_without_failed = 0
+        self.started = time.monotonic()
+
+    # ---- producing
+    def poll(self) -> bool:
+        """Collect settled attempts, send what the window and the pace allow; returns True."""
+        for tag, (mid, tr) in list(self.pending.items()):
+            if tr.settled:
+                del self.pending[tag]
+                self.per_id[mid].append(tr.state)
+                if tr.state == MODIFIED and not tr.failed:
+                    self.modified_without_failed += 1
+                if self.resend and tr.state in (RELEASED, MODIFIED):
+                    self.to_resend.append(mid)
+        s = self.sender
+        if s.client.closed or s.remote_closed:
+            return True
+        while len(self.pending) < self.window and s.credit - s.queued > 0:
+            if self.to_resend:
+                mid = self.to_resend.pop(0)
+            elif self.sending and (self.total is None or self.next_id < self.total) and self._pace_ok():
+                mid, self.next_id = self.next_id, self.next_id + 1
+                self.per_id[mid] = []
+            else:
+                break
+            tr = s.send(make_message(self.body(mid), id=f"{self.tag}-{mid}", properties={"mid": mid}))
+            self.attempts += 1
+            self.pending[tr.tag] = (mid, tr)
+        return True
+
+    def body(self, mid: int) -> str:
+        return f"{self.tag}-{mid}{self.pad}"
+
+    def _pace_ok(self) -> bool:
+        if self.rate is None:
+            return True
+        return self.next_id < (time.monotonic() - self.started) * self.rate + 1
+
+    def stop(self) -> None:
+        """Send no new messages (resends still go)."""
+        self.sending = False
+
+    @property
+    def finished(self) -> bool:
+        """Nothing in flight, nothing to resend, and every message sent (``total``) or sending stopped."""
+        all_sent = not self.sending or (self.total is not None and self.next_id >= self.total)
+        return all_sent and not self.pending and not self.to_resend
+
+    def poll_until_done(self) -> bool:
+        self.poll()
+        return self.finished
+
+    # ---- the audit
+    def outcomes(self) -> Counter:
+        return Counter(outcome_name(st) for states in self.per_id.values() for st in states)
+
+    def received_ids(self) -> Counter:
+        return Counter(rec.message.properties["mid"] for r in self.receivers for rec in r.received
+                       if rec.message is not None and (rec.message.properties or {}).get("mid") is not None
+                       and rec.body == self.body(rec.message.properties["mid"]))
+
+    def summary(self) -> str:
+        return (f"{self.next_id} messages in {self.attempts} attempts, outcomes {dict(self.outcomes())}, "
+                f"{len(self.pending)} in flight, {len(self.to_resend)} to resend, "
+                f"{sum(self.received_ids().values())} received")
+
+    def audit(self, *, in_order: bool = False, only_accepted: bool = False) -> str:
+        """Check the audit (see the class doc); ``in_order``: one consumer got the messages in the order
+        sent; ``only_accepted``: no attempt may have failed. Returns a one-line summary."""
+        assert not self.pending, f"{len(self.pending)} attempts never settled: {self.summary()}"
+        assert self.modified_without_failed == 0, \
+            f"{self.modified_without_failed} MODIFIED outcomes without delivery-failed"
+        names = {ACCEPTED, RELEASED, MODIFIED, REJECTED}
+        odd = {mid: st for mid, st in self.per_id.items() if any(x not in names for x in st)}
+        assert not odd, f"attempts settled without an outcome: {dict(list(odd.items())[:10])}"
+        got = self.received_ids()
+        lost, dup = [], []
+        for mid, states in self.per_id.items():
+            accepted = states.count(ACCEPTED)
+            assert accepted <= 1, f"message {mid} accepted {accepted} times: {states}"
+            if self.resend:
+                assert accepted == 1 or states[-1] == REJECTED, \
+                    f"message {mid} never accepted: {[outcome_name(x) for x in states]}"
+            if accepted and not got[mid]:
+                lost.append(mid)
+            # a consumer may see a message again only after an attempt came back MODIFIED: it was on
+            # the wire when a node or connection went, and its acceptance was lost with it
+            if got[mid] > accepted + states.count(MODIFIED):
+                dup.append((mid, got[mid], [outcome_name(x) for x in states]))
+        assert not lost, f"accepted at the producer but never received: {lost[:20]}"
+        assert not dup, f"received more often than the producer's outcomes allow: {dup[:10]}"
+        unknown = sorted(set(got) - set(self.per_id))
+        assert not unknown, f"received messages never sent: {unknown[:10]}"
+        if only_accepted:
+            bad = {mid: [outcome_name(x) for x in st] for mid, st in self.per_id.items() if st != [ACCEPTED]}
+            assert not bad, f"attempts that did not end ACCEPTED at once: {dict(list(bad.items())[:10])}"
+        if in_order:
+            assert len(self.receivers) == 1
+            seq = [rec.message.properties["mid"] for rec in self.receivers[0].received
+                   if rec.message is not None]
+            assert seq == sorted(seq) and len(seq) == len(set(seq)), \
+                f"out of order or repeated at the consumer: first problem near {_first_disorder(seq)}"
+        return self.summary()
+
+
+def _first_disorder(seq: list[int]) -> list[int]:
+    for i in range(1, len(seq)):
+        if seq[i] <= seq[i - 1]:
+            return seq[max(0, i - 3):i + 3]
+    return []
+
+
+class RssSampler:
+    """RSS of some processes (node pids), sampled at most every ``interval`` s by :meth:`poll`."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.5):
+        self.pids = pids
+        self.interval = interval
+        self.samples: dict[str, list[tuple[float, int]]] = {name: [] for name in pids}
+        self._next = 0.0
+        self.t0 = time.monotonic()
+
+    def poll(self) -> bool:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.interval
+            for name, pid in self.pids.items():
+                try:
+                    self.samples[name].append((now - self.t0, rss_bytes(pid)))
+                except (OSError, RuntimeError):
+                    pass
+        return True
+
+    def window(self, name: str, start: float, end: float) -> list[int]:
+        """The samples of ``name`` taken between fractions ``start`` and ``end`` of the run so far."""
+        s = self.samples[name]
+        if not s:
+            return []
+        span = s[-1][0] - s[0][0]
+        lo, hi = s[0][0] + start * span, s[0][0] + end * span
+        return [v for t, v in s if lo <= t <= hi]
+
+
+def blackhole(proxy: TcpProxy) -> None:
+    """Silently stop relaying on every connection through ``proxy`` (the sockets stay open, nothing
+    is closed or reset: the peers only notice by timers, as with a cable pulled). New connections are
+    refused until :meth:`TcpProxy.resume`."""
+    with proxy._lock:
+        if proxy.lsock is not None:
+            proxy.lsock.close()
+            proxy.lsock = None
+        held = getattr(proxy, "held", [])
+        held.extend(proxy.pairs)            # keep the sockets open, and out of the relay loop
+        proxy.held = held
+        proxy.pairs.clear()
+
+
+def release_blackhole(proxy: TcpProxy) -> None:
+    """Reset the connections a :func:`blackhole` held and accept new ones again."""
+    with proxy._lock:
+        for s in getattr(proxy, "held", []):
+            TcpProxy._reset(s)
+        proxy.held = []
+    proxy.resume()
