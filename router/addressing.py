@@ -79,10 +79,14 @@ def address_key(address: str, node_id: str) -> str:
     """The routing-table key for `address` as seen by node `node_id`.
 
     Node-scoped forms name the same local address: `_topo/0/<self>/X` and `_local/X` both key to
-    `_topo/0/<self>/X`, so a reply sent to either reaches a dynamic receiver. Every other address keys to
-    its normalised form (addresses scoped to other nodes are resolved by the mesh).
+    `_topo/0/<self>/X`, so a reply sent to either reaches a dynamic receiver. Addresses starting with `$`
+    (the node's own services, e.g. `$management`) are node-local too: `$X` keys to `_topo/0/<self>/$X`, so
+    `_topo/0/<node>/$X` reaches node's service from anywhere in the mesh. Every other address keys to its
+    normalised form (addresses scoped to other nodes are resolved by the mesh).
     """
     name = normalize(address)
     if name.startswith("_local/"):
         return topo_prefix(node_id) + name[7:]
+    if name.startswith("$"):
+        return topo_prefix(node_id) + name
     return name

@@ -36,6 +36,7 @@ MODIFIED = 0x27
 TERMINAL = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
 # Multicast: the outcome reported upstream once every copy is terminal (highest rank wins).
 OUTCOME_RANK = {RELEASED: 1, MODIFIED: 2, ACCEPTED: 3, REJECTED: 4}
+STUCK_AFTER = 10.0    # seconds in flight after which a delivery counts as stuck
 
 
 class RemoteDest:
@@ -57,7 +58,7 @@ class Address:
     """One routable address: its distribution, the local links using it and its remote destinations."""
 
     __slots__ = ("key", "distribution", "multicast", "consumers", "producers", "rr", "ready", "remote",
-                 "links")
+                 "links", "ingress", "egress", "transit")
 
     def __init__(self, key: str, distribution: str) -> None:
         self.key = key
@@ -71,6 +72,10 @@ class Address:
         self.remote: list[RemoteDest] = []
         # multicast: (next-hop data-out link, nodes behind it that have the address)
         self.links: list[tuple[Consumer, frozenset[str]]] = []
+        # deliveries counted by the adapter: from local producers, to local consumers, peer to peer
+        self.ingress = 0
+        self.egress = 0
+        self.transit = 0
 
     def __repr__(self) -> str:
         return f"Address({self.key!r}, {self.distribution}, consumers={len(self.consumers)})"
@@ -80,7 +85,7 @@ class Consumer:
     """A link on which the node sends to a client receiver (our sender link)."""
 
     __slots__ = ("handle", "conn", "address", "credit", "unsettled", "delivered", "alive", "name", "busy",
-                 "held", "presettle", "peer")
+                 "held", "presettle", "peer", "outcomes", "presettled", "zero_credit")
 
     def __init__(self, handle: object, conn: object, address: Address, name: str) -> None:
         self.handle = handle
@@ -95,13 +100,16 @@ class Consumer:
         self.held: list | None = None  # deliveries waiting for the stream in progress (adapter-owned)
         self.presettle = False     # it asked for snd-settle-mode=settled: everything goes pre-settled
         self.peer: str | None = None  # set on the data-out link to a peer node: its node id
+        self.outcomes = [0, 0, 0, 0]  # terminal outcomes it returned: accepted, rejected, released, modified
+        self.presettled = 0           # deliveries sent to it pre-settled
+        self.zero_credit = 0.0        # seconds seen with no credit (sampled by management)
 
 
 class Producer:
     """A link on which a client sends to the node (our receiver link)."""
 
     __slots__ = ("handle", "conn", "address", "credit", "in_flight", "draining", "delivered", "alive",
-                 "name", "router")
+                 "name", "router", "outcomes", "presettled", "zero_credit")
 
     def __init__(self, handle: object, conn: object, address: Address | None, name: str) -> None:
         self.handle = handle
@@ -114,6 +122,9 @@ class Producer:
         self.delivered = 0
         self.alive = True
         self.router = False        # the data-in link from a peer node (routed by x-opt-qd.to)
+        self.outcomes = [0, 0, 0, 0]  # outcomes settled back to it: accepted, rejected, released, modified
+        self.presettled = 0           # pre-settled deliveries it sent
+        self.zero_credit = 0.0        # seconds seen with no credit from us (sampled by management)
 
     @property
     def anonymous(self) -> bool:
@@ -133,9 +144,10 @@ class McastGroup:
         self.detail: object = None  # adapter's snapshot of the best outcome's details
 
 
-# In-flight entry: (in_dlv, producer, consumer, group-or-None, seq, remote-dest-or-None), keyed by the
-# outbound delivery handle; seq is the consumer's `delivered` count when it was sent, so the adapter can
-# tell sent from queued; the remote destination (anycast toward another node) has its count decremented.
+# In-flight entry: (in_dlv, producer, consumer, group-or-None, seq, remote-dest-or-None, sent-at), keyed
+# by the outbound delivery handle; seq is the consumer's `delivered` count when it was sent, so the adapter
+# can tell sent from queued; the remote destination (anycast toward another node) has its count
+# decremented; sent-at is the core's `now` (the time stamp of the batch the delivery arrived in).
 InFlight = tuple
 
 
@@ -162,9 +174,16 @@ class RouterCore:
         self.in_flight: dict[object, InFlight] = {}
         self._grant: set[Producer] = set()      # producers whose credit may need topping up
         self._drain: set[Producer] = set()      # producers to drain (address lost its consumers)
-        self.counters = {"accepted": 0, "rejected": 0, "released": 0, "modified": 0,
-                         "presettled": 0, "dropped_presettled": 0, "unroutable": 0, "delivered": 0,
-                         "hop_limit": 0}
+        self.counters = {"presettled": 0, "dropped_presettled": 0, "unroutable": 0, "hop_limit": 0,
+                         "delayed_1s": 0, "delayed_10s": 0}
+        # `tick(now)` once per batch of events: the time stamp of in-flight entries
+        self.now = 0.0
+        self._delayed_before = -1.0     # entries sent before this are settled late (> 1 s)
+        # ingress / egress / transit of addresses no longer in the table (node totals add them)
+        self.retired = [0, 0, 0]
+        # outcomes settled to producers: counted per producer; these are the detached producers' totals
+        self.producers: set[Producer] = set()
+        self.retired_outcomes = [0, 0, 0, 0]
         # the mesh (set by `set_routes`): reachable node -> (path cost, next-hop data-out link), the
         # mesh radius (hop limit) and, for multicast, node -> origins whose tree passes through us
         self.nodes: dict[str, tuple[int, Consumer]] = {}
@@ -208,9 +227,21 @@ class RouterCore:
         route = self.nodes.get(node)
         return [RemoteDest(node, route[0], route[1])] if route is not None else []
 
+    def tick(self, now: float) -> None:
+        """The time (seconds) of the batch of events about to be handled."""
+        self.now = now
+        self._delayed_before = now - 1.0
+
     def _forget_if_unused(self, a: Address) -> None:
         if not a.consumers and not a.producers and not a.remote and self.addresses.get(a.key) is a:
             del self.addresses[a.key]
+            self._retire(a)
+
+    def _retire(self, a: Address) -> None:
+        r = self.retired
+        r[0] += a.ingress
+        r[1] += a.egress
+        r[2] += a.transit
 
     def new_dynamic_address(self) -> str:
         """A fresh, unused node-scoped reply address."""
@@ -243,6 +274,7 @@ class RouterCore:
         p = Producer(handle, conn, None, "_router/" + peer)
         p.router = True
         self._grant.add(p)
+        self.producers.add(p)
         return p
 
     def add_producer(self, handle: object, conn: object, target: str | None) -> Producer:
@@ -252,6 +284,7 @@ class RouterCore:
         if a is not None:
             a.producers.append(p)
         self._grant.add(p)
+        self.producers.add(p)
         return p
 
     def consumer_credit(self, c: Consumer, credit: int) -> None:
@@ -313,6 +346,11 @@ class RouterCore:
         p.alive = False
         self._grant.discard(p)
         self._drain.discard(p)
+        if p in self.producers:
+            self.producers.discard(p)
+            r = self.retired_outcomes
+            for i, n in enumerate(p.outcomes):
+                r[i] += n
         a = p.address
         if a is not None:
             if p in a.producers:
@@ -383,6 +421,8 @@ class RouterCore:
         self.radius = radius
         self._valid_origins = valid_origins
         self._origins_cache = None
+        for old in self._node_addresses.values():
+            self._retire(old)
         self._node_addresses = {}
         for node, (cost, out) in self.nodes.items():
             a = self._node_addresses[node] = Address(self._topo_of(node), "closest")
@@ -548,7 +588,7 @@ class RouterCore:
              rd: RemoteDest | None = None) -> None:
         """An unsettled delivery from `p` went to `c` as `out_dlv` (toward remote destination `rd`)."""
         c.delivered += 1
-        self.in_flight[out_dlv] = (in_dlv, p, c, None, c.delivered, rd)
+        self.in_flight[out_dlv] = (in_dlv, p, c, None, c.delivered, rd, self.now)
         if rd is not None:
             rd.unsettled += 1
         c.unsettled += 1
@@ -561,11 +601,13 @@ class RouterCore:
     def sent_presettled(self, p: Producer, consumers: list[Consumer] | tuple[Consumer, ...]) -> None:
         """A pre-settled delivery from `p` went to `consumers` (credit goes back to `p` at once)."""
         p.delivered += 1
+        p.presettled += 1
         self.counters["presettled"] += 1
         if not consumers:
             self.counters["dropped_presettled"] += 1
         for c in consumers:
             c.delivered += 1
+            c.presettled += 1
             c.credit -= 1
             if c.credit == 0:
                 self._update_ready(c.address)
@@ -579,7 +621,7 @@ class RouterCore:
     def sent_copy(self, g: McastGroup, c: Consumer, out_dlv: object) -> None:
         """One copy of an unsettled multicast delivery went to `c`."""
         c.delivered += 1
-        self.in_flight[out_dlv] = (g.in_dlv, g.producer, c, g, c.delivered, None)
+        self.in_flight[out_dlv] = (g.in_dlv, g.producer, c, g, c.delivered, None, self.now)
         g.pending += 1
         c.unsettled += 1
         c.credit -= 1
@@ -589,17 +631,24 @@ class RouterCore:
     def unroutable(self, p: Producer, presettled: bool) -> None:
         """A delivery from `p` found no destination: the adapter releases (or drops) it."""
         if presettled:
+            p.presettled += 1
             self.counters["presettled"] += 1
             self.counters["dropped_presettled"] += 1
         else:
+            p.outcomes[2] += 1
             self.counters["unroutable"] += 1
-            self.counters["released"] += 1
+        self._grant.add(p)
+
+    def credit_back(self, p: Producer) -> None:
+        """A delivery from `p` was dealt with here (rejected, aborted, answered later): replenish `p`."""
         self._grant.add(p)
 
     def settle(self, out_dlv: object) -> InFlight | None:
         """The consumer settled (or decided) `out_dlv`: pop its entry. None if not tracked."""
         e = self.in_flight.pop(out_dlv, None)
         if e is not None:
+            if e[6] < self._delayed_before:
+                self._late(e[6])
             e[2].unsettled -= 1
             if e[5] is not None:
                 e[5].unsettled -= 1
@@ -623,11 +672,23 @@ class RouterCore:
         p.in_flight -= 1
         self._grant.add(p)
 
-    def count_outcome(self, outcome: int) -> None:
-        """Count an outcome settled upstream (to the producer)."""
-        name = _OUTCOME_NAMES.get(outcome)
-        if name:
-            self.counters[name] += 1
+    def _late(self, sent_at: float) -> None:
+        self.counters["delayed_1s"] += 1
+        if sent_at < self.now - 10.0:
+            self.counters["delayed_10s"] += 1
+
+    def count_outcome(self, outcome: int, p: Producer) -> None:
+        """Count an outcome settled upstream (to producer `p`); the adapter's hot path inlines it."""
+        if outcome in _OUTCOME_NAMES:
+            p.outcomes[outcome - ACCEPTED] += 1
+
+    def outcome_totals(self) -> dict[str, int]:
+        """Outcomes settled to producers since the start: accepted, rejected, released, modified."""
+        totals = list(self.retired_outcomes)
+        for p in self.producers:
+            for i, n in enumerate(p.outcomes):
+                totals[i] += n
+        return dict(zip(("accepted", "rejected", "released", "modified"), totals, strict=True))
 
     # ---- credit ledger ---------------------------------------------------------------------------------
     def take_credit_actions(self) -> tuple[list[tuple[Producer, int]], list[Producer]]:
@@ -671,21 +732,48 @@ class RouterCore:
         return grants, drains
 
     # ---- introspection ---------------------------------------------------------------------------------
+    def delivery_totals(self) -> tuple[int, int, int]:
+        """Node totals (ingress, egress, transit): every address now in the table plus retired ones."""
+        ingress, egress, transit = self.retired
+        for a in self.addresses.values():
+            ingress += a.ingress
+            egress += a.egress
+            transit += a.transit
+        for a in self._node_addresses.values():
+            ingress += a.ingress
+            transit += a.transit
+        return ingress, egress, transit
+
+    def stuck(self, after: float = STUCK_AFTER) -> int:
+        """Deliveries in flight for more than `after` seconds (as of `now`)."""
+        limit = self.now - after
+        return sum(1 for e in self.in_flight.values() if e[6] < limit)
+
     def iter_links(self) -> Iterator[Consumer | Producer]:
         for a in self.addresses.values():
             yield from a.consumers
             yield from a.producers
 
-    def snapshot(self) -> dict:
-        """Sizes of the internal tables and the counters (for tests, logs and management)."""
+    def snapshot(self, hidden: Callable[[Consumer | Producer], bool] | None = None) -> dict:
+        """Sizes of the internal tables and the counters (for tests and logs).
+
+        Links for which `hidden(link)` is true are left out, and so are addresses only they use.
+        """
+        def shown(links: list) -> list:
+            return links if hidden is None else [x for x in links if not hidden(x)]
+
+        addresses = {}
+        for a in self.addresses.values():
+            consumers, producers = shown(a.consumers), shown(a.producers)
+            if consumers or producers or a.remote or (not a.consumers and not a.producers):
+                addresses[a.key] = {"distribution": a.distribution, "consumers": len(consumers),
+                                    "producers": len(producers), "ready": a.ready,
+                                    "remote": [d.node for d in a.remote]}
         return {
             "node": self.node_id,
-            "addresses": {a.key: {"distribution": a.distribution, "consumers": len(a.consumers),
-                                  "producers": len(a.producers), "ready": a.ready,
-                                  "remote": [d.node for d in a.remote]}
-                          for a in self.addresses.values()},
+            "addresses": addresses,
             "in_flight": len(self.in_flight),
-            "counters": dict(self.counters),
+            "counters": {**self.counters, **self.outcome_totals()},
         }
 
 

@@ -1,4 +1,5 @@
-"""``meshrouter mesh up|status|down|run TOPOLOGY [--dir DIR]``: the argument parser and dispatch.
+"""``meshrouter mesh up|status|down|run TOPOLOGY [--dir DIR]`` and ``mesh graph`` (graph.py): the argument
+parser and dispatch.
 
 A bad topology or bad arguments print one line and exit 2 (never a traceback); see commands.py for the
 rest of the exit codes.
@@ -53,6 +54,9 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
         if name == "status":
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.set_defaults(func=_dispatch, mesh_action=name)
+    from router.meshctl.graph import add_parser as add_graph
+
+    add_graph(sub)
 
 
 def _context(args: argparse.Namespace) -> commands.Context | None:

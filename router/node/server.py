@@ -17,12 +17,13 @@ import socket
 import sys
 import time
 
-from cproton_ffi.lib import pn_connection_close, pn_transport_tick
+from cproton_ffi.lib import pn_connection_close, pn_transport_connection, pn_transport_tick
 
 from router.addressing import AddressRules
 from router.amqp.codec import FlowEchoDetector
-from router.config import NodeConfig
+from router.config import ConfigError, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
+from router.management.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.connection import Connection
 from router.node.connectors import Connector
 from router.node.engine import Engine
@@ -30,8 +31,21 @@ from router.node.mesh import MeshControl
 from router.node.pump import pump
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
+REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 
 log = logging.getLogger(__name__)
+
+
+class Listener:
+    """A bound listening socket: its config, the policy of its connections and how many it has."""
+
+    def __init__(self, config: ListenerConfig, sock: socket.socket, name: str, policy: object) -> None:
+        self.config = config
+        self.sock = sock
+        self.name = name            # "host:port" as bound (the real port when 0 was configured)
+        self.policy = policy        # router.security.policy.ConnectionPolicy
+        self.count = 0              # connections accepted and not yet gone
+        self.refused = 0            # refused since the limit was last reached (logged once per streak)
 
 
 class NodeServer:
@@ -43,6 +57,7 @@ class NodeServer:
         rules = AddressRules([(r.prefix, r.distribution) for r in config.address_rules],
                              config.default_distribution)
         self.core = RouterCore(config.node_id, rules, config.link_capacity)
+        self.core.tick(time.time())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.send_control)
         self.engine.mesh = self.mesh
@@ -55,33 +70,47 @@ class NodeServer:
             self.engine.tel = NodeTelemetry(TelemetryWriter(config.telemetry, config.node_id), config.node_id)
         self._mesh_handle: asyncio.TimerHandle | None = None
         self.listeners: list[tuple[socket.socket, str]] = []
+        self.bound: list[Listener] = []      # the same listeners with their policies and counts
+        self._counted: dict[Connection, Listener] = {}   # accepted connections -> their listener
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
         self._tick_handle: asyncio.TimerHandle | None = None
         self.stopped = loop.create_future()
         self.gateways: object = None        # router.gateway.Gateways when `brokers:` is configured
+        self.started = time.time()
+        self.management: object = None      # router.management.agent.ManagementAgent once started
+        self.metrics: object = None         # router.management.metrics.MetricsListener with `metrics:`
+        # forwarding latency: input read -> every resulting output written, per batch of events
+        self.pump_latency = Histogram(FORWARDING_BOUNDS)
 
     # ---- start / stop -----------------------------------------------------------------------------------
     def start(self) -> None:
-        """Bind every listener (raises OSError when a port is taken) and start the timers."""
-        for lc in self.config.listeners:
+        """Bind every listener and start the timers. Raises OSError when a port is taken, ConfigError
+        when a TLS or SASL setting cannot be put in force (before anything is bound)."""
+        policies = self._policies()
+        for lc, policy in zip(self.config.listeners, policies, strict=True):
             sock = socket.socket(socket.AF_INET6 if ":" in lc.host else socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((lc.host, lc.port))
             sock.listen(128)
             sock.setblocking(False)
-            self.loop.add_reader(sock.fileno(), self._accept, sock, lc.role, lc.cost)
-            self.listeners.append((sock, lc.role))
             host, port = sock.getsockname()[:2]
-            self.urls.append((lc.role, f"amqp://{host}:{port}"))
+            policy.listener = name = f"{host}:{port}"
+            listener = Listener(lc, sock, name, policy)
+            self.loop.add_reader(sock.fileno(), self._accept, listener)
+            self.listeners.append((sock, lc.role))
+            self.bound.append(listener)
+            self.urls.append((lc.role, f"{'amqps' if lc.tls is not None else 'amqp'}://{host}:{port}"))
         self._tick()
         self._mesh_tick()
         for connector in self.connectors:
             connector.start()
         self._start_gateways()
+        self._start_management()
 
     def stop(self) -> None:
         """Close listeners and every connection; resolves `stopped`."""
+        self._stop_management()
         self._stop_gateways()
         for sock, _role in self.listeners:
             self.loop.remove_reader(sock.fileno())
@@ -105,6 +134,25 @@ class NodeServer:
         if not self.stopped.done():
             self.stopped.set_result(None)
 
+    # ---- management: the `$management` agent and the optional Prometheus listener ---------------------
+    def _start_management(self) -> None:
+        from router.management.agent import ManagementAgent
+
+        self.management = ManagementAgent(self, self.loop, self.add_local_connection)
+        if self.config.metrics is not None:
+            from router.management.metrics import MetricsListener  # prometheus-client only when asked
+
+            self.metrics = MetricsListener(self.config.metrics, self, self.loop)
+            self.urls.append(("metrics", self.metrics.url))
+
+    def _stop_management(self) -> None:
+        if self.management is not None:
+            management, self.management = self.management, None
+            management.close()
+        if self.metrics is not None:
+            metrics, self.metrics = self.metrics, None
+            metrics.close()
+
     # ---- broker gateways (router.gateway): in-process AMQP 1.0 clients of this node -------------------
     def _start_gateways(self) -> None:
         if self.config.brokers:
@@ -122,21 +170,26 @@ class NodeServer:
     def add_local_connection(self, sock: socket.socket, peer: str) -> Connection:
         """Serve one end of an in-process socketpair exactly like an accepted client socket."""
         sock.setblocking(False)
-        return self._serve(sock, peer, "normal")
+        conn = self._serve(sock, peer, "normal")
+        conn.internal = True
+        return conn
 
-    def _serve(self, sock: socket.socket, peer: str, role: str, cost: int = 1, client: bool = False
-               ) -> Connection:
-        """Hand a connected socket to the engine and watch it."""
+    def _serve(self, sock: socket.socket, peer: str, role: str, cost: int = 1, client: bool = False,
+               policy: object = None) -> Connection:
+        """Hand a connected socket to the engine (under its listener's or connector's policy) and watch it."""
         conn = self.engine.add_connection(sock, peer, role, FlowEchoDetector(), client=client, cost=cost)
+        if policy is not None:
+            policy.apply(conn)              # TLS, SASL and limits, before the first byte
         self.loop.add_reader(sock.fileno(), self._readable, conn)
         self._schedule()
         return conn
 
     # ---- sockets ------------------------------------------------------------------------------------------
-    def _accept(self, lsock: socket.socket, role: str, cost: int) -> None:
+    def _accept(self, listener: Listener) -> None:
+        lc = listener.config
         while True:
             try:
-                sock, addr = lsock.accept()
+                sock, addr = listener.sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -145,10 +198,60 @@ class NodeServer:
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._serve(sock, f"{addr[0]}:{addr[1]}", role, cost)
+            conn = self._serve(sock, f"{addr[0]}:{addr[1]}", lc.role, lc.cost, policy=listener.policy)
+            if lc.max_connections is not None and listener.count >= lc.max_connections:
+                self._refuse(conn, listener)
+            else:
+                listener.count += 1
+                self._counted[conn] = listener
+
+    def _refuse(self, conn: Connection, listener: Listener) -> None:
+        """Over max_connections: answer the client's Open with a Close saying so, drop it soon after."""
+        limit = listener.config.max_connections
+        listener.refused += 1
+        if listener.refused == 1:
+            log.warning("listener %s: max_connections (%d) reached; refusing new connections",
+                        listener.name, limit)
+        conn.refuse(b"amqp:resource-limit-exceeded",
+                    f"listener {listener.name}: too many connections (max_connections {limit})".encode())
+        self.loop.call_later(REFUSE_GRACE, self._drop, conn)
+
+    def _drop(self, conn: Connection) -> None:
+        if conn.alive:
+            self.engine.kill(conn)
+            self._reap()
+
+    def _policies(self) -> list:
+        """Each listener's policy; sets each connector's. Raises ConfigError naming the setting."""
+        from router.security.policy import PolicyError, connector_policy, listener_policy
+
+        cfg = self.config
+        out = []
+        for i, lc in enumerate(cfg.listeners):
+            try:
+                out.append(listener_policy(lc, "", cfg.idle_timeout, self.loop, self._conn_of_transport,
+                                           self._wake))
+            except PolicyError as exc:
+                raise ConfigError(cfg.source, f"listeners[{i}].{exc.key}", exc.problem) from None
+        for i, connector in enumerate(self.connectors):
+            try:
+                connector.policy = connector_policy(connector.config, cfg.idle_timeout)
+            except PolicyError as exc:
+                raise ConfigError(cfg.source, f"connectors[{i}].{exc.key}", exc.problem) from None
+        return out
+
+    def _conn_of_transport(self, transport: object) -> Connection | None:
+        return self.engine.conns.get(pn_transport_connection(transport))
+
+    def _wake(self, conn: Connection) -> None:
+        """Something changed a connection outside the pump (a SASL outcome): write it out."""
+        if conn.alive:
+            self.engine.dirty.add(conn)
+            self._schedule()
 
     def _connector_connected(self, sock: socket.socket, connector: Connector) -> Connection:
-        conn = self._serve(sock, connector.target, connector.config.role, connector.config.cost, client=True)
+        conn = self._serve(sock, connector.target, connector.config.role, connector.config.cost, client=True,
+                           policy=connector.policy)
         conn.connector = connector          # set before the loop runs the reader: nothing is read yet
         return conn
 
@@ -179,13 +282,16 @@ class NodeServer:
         """Handle all Proton events, apply credit, write output; once per loop iteration."""
         self._pump_scheduled = False
         engine = self.engine
+        now = time.time()                       # one clock read per batch: in-flight stamps, latency
+        engine.core.tick(now)
         if engine.tel is not None:
-            engine.tel.tick(time.time())
+            engine.tel.tick(now)
         try:
             pump(engine, self._write_interest)
         except Exception:                    # a bug must not take the whole node down silently
             log.exception("internal error while processing events")
         self._reap()
+        self.pump_latency.observe(time.time() - now)
 
     def _write_interest(self, conn: Connection, on: bool) -> None:
         if on:
@@ -207,6 +313,13 @@ class NodeServer:
         for conn in self.engine.take_dead():
             self._close_socket(conn)
             conn.free()
+            listener = self._counted.pop(conn, None)
+            if listener is not None:
+                listener.count -= 1
+                if listener.refused and listener.count < listener.config.max_connections:
+                    log.info("listener %s: accepting connections again (%d refused)", listener.name,
+                             listener.refused)
+                    listener.refused = 0
             if conn.connector is not None and self.listeners:   # not while stopping
                 conn.connector.lost()
 
@@ -220,9 +333,15 @@ class NodeServer:
                 pn_transport_tick(conn.pn_transport, now_ms)
                 engine.dirty.add(conn)
         self._schedule()
-        timeout = self.config.idle_timeout
+        timeout = self._shortest_idle_timeout()
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0
         self._tick_handle = self.loop.call_later(interval, self._tick)
+
+    def _shortest_idle_timeout(self) -> float:
+        """The smallest idle timeout in force (node default, listeners), 0 if none."""
+        timeouts = [self.config.idle_timeout] + [lc.idle_timeout for lc in self.config.listeners
+                                                 if lc.idle_timeout is not None]
+        return min((t for t in timeouts if t > 0), default=0.0)
 
     def _mesh_tick(self) -> None:
         """Run the link-state engine's timers (HELLO, RA, expiries, path computation)."""
@@ -250,6 +369,9 @@ async def _serve(config: NodeConfig) -> int:
     except OSError as exc:
         print(f"meshrouter: error: cannot listen: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:              # a TLS / SASL setting Proton refused: a config error
+        print(f"meshrouter: error: {exc}", file=sys.stderr)
+        return 2
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)
     loop.add_signal_handler(signal.SIGUSR1, server.log_state)

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Throughput of the node at a git revision (A) against the working tree (B), alternated.
+
+Used for the cost of always-on work such as management counters: A is extracted with `git archive`
+into a temporary directory (the repository is not touched) and each pair runs
+``node_bench.py --workloads throughput --repeat 1 --no-direct`` once from A's tree and once from B's,
+so a noisy machine hits both alike. Prints each pair, the medians and the ratio B/A of msg/s and of
+node CPU per message, and writes benchmarks/results/<timestamp>-code-ab.json.
+
+    benchmarks/code_ab.py --base HEAD~3 --pairs 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+RESULTS_DIR = BENCH_DIR / "results"
+
+
+def extract(rev: str, into: Path) -> Path:
+    """The tree of `rev` under `into` (via git archive; nothing in the repository changes)."""
+    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, capture_output=True,
+                             check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def one_run(tree: Path, label: str, bench_args: str) -> tuple[float, float]:
+    """(msg/s, node CPU µs per message) of one node_bench run of the node in `tree`."""
+    cmd = [sys.executable, str(tree / "benchmarks" / "node_bench.py"), "--workloads", "throughput",
+           "--repeat", "1", "--no-direct", "--label", label]
+    if bench_args:
+        cmd += ["--bench-args", bench_args]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tree)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("Results: ")), None)
+    if out.returncode != 0 or line is None:
+        raise SystemExit(f"node_bench failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    record = json.loads((tree / line.split(" ", 1)[1].strip()).read_text())
+    row = record["summary"][0]
+    return row["rate"], row["cpu_us_per_msg"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True, help="git revision A (e.g. a commit before the change)")
+    ap.add_argument("--pairs", type=int, default=7)
+    ap.add_argument("--bench-args", default="", help="passed to node_bench.py --bench-args")
+    a = ap.parse_args(argv)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="code-ab-") as tmp:
+        base = extract(a.base, Path(tmp))
+        for i in range(a.pairs):
+            ra, ca = one_run(base, "code-ab-base", a.bench_args)
+            rb, cb = one_run(REPO, "code-ab-work", a.bench_args)
+            rows.append({"base_rate": ra, "base_cpu_us": ca, "work_rate": rb, "work_cpu_us": cb})
+            print(f"pair {i + 1}: base {ra:9.0f} msg/s {ca:6.2f} µs/msg | working tree {rb:9.0f} msg/s "
+                  f"{cb:6.2f} µs/msg", flush=True)
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    rate_ratio = statistics.median(r["work_rate"] / r["base_rate"] for r in rows)
+    cpu_ratio = statistics.median(r["work_cpu_us"] / r["base_cpu_us"] for r in rows)
+    print(f"medians: base {med['base_rate']:.0f} msg/s {med['base_cpu_us']:.2f} µs/msg; working tree "
+          f"{med['work_rate']:.0f} msg/s {med['work_cpu_us']:.2f} µs/msg")
+    print(f"median of per-pair ratios (working tree / base): msg/s {rate_ratio:.3f}, CPU per message "
+          f"{cpu_ratio:.3f}")
+    RESULTS_DIR.mkdir(exist_ok=True)
+    out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-code-ab.json"
+    out.write_text(json.dumps({"base": a.base, "pairs": rows, "medians": med, "rate_ratio": rate_ratio,
+                               "cpu_ratio": cpu_ratio, "command": " ".join(sys.argv)}, indent=2))
+    print(f"Results: {out.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

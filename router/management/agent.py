@@ -1,0 +1,153 @@
+"""The management agent: answers `$management` requests from anywhere in the mesh.
+
+The agent is an in-process AMQP 1.0 client of its own node (the broker gateway's LocalConnection over a
+socketpair), so requests and responses cross the forwarding engine like any other traffic: a request
+sent to `_topo/0/<node>/$management` is routed to that node by id, and the response goes to the
+request's `reply_to` through the anonymous relay. `$management` is node-local (never advertised), so
+each node answers for itself. Requests are read with python-qpid-proton's Message; the answers come
+from router.management.requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from proton import Delivery, Link, Message
+
+from router.gateway.local import LocalConnection
+from router.management.entities import NodeEntities
+from router.management.requests import answer
+from router.node.routerlinks import RouterLink
+
+log = logging.getLogger(__name__)
+
+ADDRESS = "$management"
+SAMPLE_INTERVAL = 1.0      # seconds between zero-credit samples of every link
+CREDIT = 64                # requests the agent takes at a time
+MAX_QUEUED_REPLIES = 1024  # answers waiting for credit beyond this are dropped (logged)
+
+
+class ManagementAgent:
+    """Serves one node's management entities on `$management`."""
+
+    def __init__(self, server: Any, loop: asyncio.AbstractEventLoop,
+                 attach: Callable[[socket.socket, str], object]) -> None:
+        self.entities = NodeEntities(server)
+        self.conn = LocalConnection(loop, attach, "management")
+        self.requests = self.conn.receiver(ADDRESS, _Requests(self))
+        self.replies = self.conn.sender("", _Replies(self))
+        self.requests.flow(CREDIT)
+        self._waiting: deque[Message] = deque()
+        self.answered = 0
+        self.server = server
+        self.loop = loop
+        self._last_sample = server.core.now
+        self._sampler = loop.call_later(SAMPLE_INTERVAL, self._sample)
+
+    def _sample(self) -> None:
+        """Add the time since the last sample to the zero-credit time of every link without credit."""
+        now = self.server.core.now
+        elapsed, self._last_sample = max(now - self._last_sample, 0.0), now
+        for rec in self.server.engine.links.values():
+            if rec.__class__ is not RouterLink and rec.credit <= 0:
+                rec.zero_credit += elapsed
+        self._sampler = self.loop.call_later(SAMPLE_INTERVAL, self._sample)
+
+    def on_request(self, d: Delivery) -> None:
+        link = self.requests
+        if d.partial:
+            return
+        data = link.recv(d.pending)
+        link.advance()
+        try:
+            request = Message()
+            request.decode(data)
+            # reading a field decodes it: invalid UTF-8, an unhashable map key... raise here too
+            reply_to, properties, body = request.reply_to, request.properties, request.body
+            correlation_id = request.correlation_id if request.correlation_id is not None else request.id
+            if isinstance(correlation_id, memoryview):   # a binary id: Proton would drop a memoryview
+                correlation_id = correlation_id.tobytes()
+        except Exception as exc:
+            log.warning("management: undecodable request dropped: %s", exc)
+            d.update(Delivery.REJECTED)
+            d.settle()
+            self._more_credit()
+            return
+        d.update(Delivery.ACCEPTED)
+        d.settle()
+        self._more_credit()
+        if not reply_to:
+            log.info("management: request without reply_to dropped")
+            return
+        status, description, body = answer(properties, body, self.entities)
+        if status != 200:
+            props = properties if isinstance(properties, dict) else {}
+            log.info("management: %s %s: %d %s", props.get("operation"), props.get("type"), status,
+                     description)
+        reply = Message(address=reply_to, body=body, correlation_id=correlation_id,
+                        properties={"statusCode": status, "statusDescription": description})
+        self.answered += 1
+        self._send(reply)
+
+    def _more_credit(self) -> None:
+        if self.requests.credit < CREDIT // 2:
+            self.requests.flow(CREDIT - self.requests.credit)
+        self.conn.kick()
+
+    def _send(self, reply: Message | None = None) -> None:
+        if reply is not None:
+            if len(self._waiting) >= MAX_QUEUED_REPLIES:
+                log.warning("management: reply to %s dropped: %d replies wait for credit",
+                            reply.address, len(self._waiting))
+                return
+            self._waiting.append(reply)
+        link = self.replies
+        while self._waiting and link.credit > 0:
+            msg = self._waiting.popleft()
+            link.delivery(str(self.answered).encode())
+            link.send(msg.encode())
+            link.advance()
+        self.conn.kick()
+
+    def on_reply_outcome(self, d: Delivery) -> None:
+        if d.remote_state in (Delivery.RELEASED, Delivery.MODIFIED, Delivery.REJECTED):
+            log.debug("management: a reply was not delivered (%s)", d.remote_state)
+        d.settle()
+
+    def close(self) -> None:
+        self._sampler.cancel()
+        self.conn.close()
+
+
+class _Requests:
+    def __init__(self, agent: ManagementAgent) -> None:
+        self.agent = agent
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        self.agent.on_request(delivery)
+
+    def on_flow(self, link: Link) -> None:
+        pass
+
+    def on_link_closed(self, link: Link) -> None:
+        log.warning("management: the request link was closed")
+
+
+class _Replies:
+    def __init__(self, agent: ManagementAgent) -> None:
+        self.agent = agent
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        if delivery.updated or delivery.remote_state:
+            self.agent.on_reply_outcome(delivery)
+
+    def on_flow(self, link: Link) -> None:
+        self.agent._send()
+
+    def on_link_closed(self, link: Link) -> None:
+        log.warning("management: the reply link was closed")

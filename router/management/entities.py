@@ -1,0 +1,257 @@
+"""Management entities of one node: rows of attributes read from the engine, core and control plane.
+
+Each entity type has an ordered attribute list (ATTRIBUTES) and a function that returns one dict per
+entity. Nothing here changes node state; everything is read when a request (or a metrics scrape)
+asks, so counting on the forwarding path stays a few integer increments. docs/MANAGEMENT.md describes
+every attribute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cproton_ffi import ffi
+from cproton_ffi.lib import (
+    pn_connection_remote_container,
+    pn_link_name,
+    pn_link_queued,
+)
+
+from router import __version__
+from router.forwarding.core import Consumer, Producer
+from router.node.routerlinks import RouterLink
+
+ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "node": (
+        "id", "version", "uptimeSeconds", "connectionCount", "linkCount", "addrCount", "nodeCount",
+        "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "acceptedDeliveries",
+        "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
+        "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
+        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck"),
+    "connection": (
+        "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
+        "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
+    "link": (
+        "identity", "linkType", "linkDir", "connectionId", "linkName", "owningAddr", "peerNode", "capacity",
+        "creditAvailable", "undeliveredCount", "unsettledCount", "deliveryCount", "presettledCount",
+        "acceptedCount", "rejectedCount", "releasedCount", "modifiedCount", "zeroCreditSeconds"),
+    "address": (
+        "identity", "distribution", "subscriberCount", "remoteCount", "remoteHostRouters", "producerCount",
+        "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "ready"),
+    "router-node": (
+        "identity", "reachable", "neighbour", "nextHop", "cost", "linkState", "validOrigins", "instance",
+        "lsSeq", "mobileSeq", "addrCount"),
+    "broker": (
+        "identity", "url", "state", "addresses", "published", "confirmed", "returned", "nacked",
+        "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects"),
+    "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "settings"),
+}
+
+# qdrouterd's names for the same entity types (what qdstat / qdmanage users know)
+ALIASES = {"router": "node", "router.link": "link", "router.address": "address", "router.node": "router-node"}
+
+
+def canonical_type(name: str) -> str | None:
+    """The entity type a request's `type` names, or None when unknown."""
+    for prefix in ("meshrouter.", "org.apache.qpid.dispatch."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    name = ALIASES.get(name, name)
+    return name if name in ATTRIBUTES else None
+
+
+def _text(p: object) -> str | None:
+    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
+
+
+class NodeEntities:
+    """Reads the management entities of one running node (router.node.server.NodeServer)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self._rows: dict[str, Callable[[], list[dict[str, Any]]]] = {
+            "node": lambda: [self.node()],
+            "connection": self.connections,
+            "link": self.links,
+            "address": self.addresses,
+            "router-node": self.router_nodes,
+            "broker": self.brokers,
+            "listener": self.listeners,
+        }
+
+    def rows(self, entity_type: str) -> list[dict[str, Any]]:
+        """Every entity of `entity_type` (a canonical type name) as a dict of all its attributes."""
+        return self._rows[entity_type]()
+
+    @property
+    def _now(self) -> float:
+        return self.server.core.now
+
+    # ---- node ------------------------------------------------------------------------------------------
+    def node(self) -> dict[str, Any]:
+        server = self.server
+        core = server.core
+        engine = server.engine
+        counters = core.counters
+        outcomes = core.outcome_totals()
+        ingress, egress, transit = core.delivery_totals()
+        reachable = server.mesh.ls.reachable
+        return {
+            "id": core.node_id,
+            "version": __version__,
+            "uptimeSeconds": int(self._now - server.started),
+            "connectionCount": sum(1 for c in engine.conns.values() if c.alive),
+            "linkCount": len(engine.links),
+            "addrCount": len(core.addresses),
+            "nodeCount": len(reachable),
+            "deliveriesIngress": ingress,
+            "deliveriesEgress": egress,
+            "deliveriesTransit": transit,
+            "acceptedDeliveries": outcomes["accepted"],
+            "rejectedDeliveries": outcomes["rejected"],
+            "releasedDeliveries": outcomes["released"],
+            "modifiedDeliveries": outcomes["modified"],
+            "presettledDeliveries": counters["presettled"],
+            "droppedPresettledDeliveries": counters["dropped_presettled"],
+            "unroutableDeliveries": counters["unroutable"],
+            "hopLimitDrops": counters["hop_limit"],
+            "unsettledDeliveries": len(core.in_flight),
+            "deliveriesDelayed1Sec": counters["delayed_1s"],
+            "deliveriesDelayed10Sec": counters["delayed_10s"],
+            "deliveriesStuck": core.stuck(),
+        }
+
+    # ---- connections -------------------------------------------------------------------------------------
+    def connections(self) -> list[dict[str, Any]]:
+        now = self._now
+        rows = []
+        for conn in self.server.engine.conns.values():
+            if not conn.alive:
+                continue
+            router = conn.router
+            rows.append({
+                "identity": str(conn.ident),
+                "host": conn.peer,
+                "container": _text(pn_connection_remote_container(conn.pn_conn)),
+                "role": "internal" if conn.internal else conn.role,
+                "dir": "out" if conn.client else "in",
+                "security": getattr(conn, "security", None) or "no-security",
+                "authenticated": bool(getattr(conn, "authenticated", False)),
+                "user": getattr(conn, "user", None),
+                "saslMechanism": getattr(conn, "sasl_mechanism", None),
+                "uptimeSeconds": int(now - conn.opened),
+                "linkCount": len(conn.links),
+                "peerNode": router.node_id if router is not None else None,
+                "listener": getattr(conn, "listener", None),
+            })
+        return rows
+
+    # ---- links -------------------------------------------------------------------------------------------
+    def links(self) -> list[dict[str, Any]]:
+        return [self._link(handle, rec) for handle, rec in self.server.engine.links.items()]
+
+    def _link(self, handle: object, rec: Consumer | Producer | RouterLink) -> dict[str, Any]:
+        conn = rec.conn
+        row: dict[str, Any] = dict.fromkeys(ATTRIBUTES["link"])
+        row.update(identity=f"l{int(ffi.cast('uintptr_t', handle)):x}", connectionId=str(conn.ident),
+                   linkName=_text(pn_link_name(handle)),
+                   peerNode=conn.router.node_id if conn.router is not None else None)
+        if rec.__class__ is RouterLink:
+            row.update(linkType="router-control", linkDir="out" if rec.outgoing else "in")
+            return row
+        if rec.__class__ is Consumer:
+            held = len(rec.held) if rec.held else 0
+            row.update(linkType="inter-router" if rec.peer is not None else "endpoint", linkDir="out",
+                       owningAddr=rec.address.key if rec.peer is None else None,
+                       undeliveredCount=pn_link_queued(handle) + held, unsettledCount=rec.unsettled)
+        else:
+            row.update(linkType="inter-router" if rec.router else "endpoint", linkDir="in",
+                       owningAddr=rec.address.key if rec.address is not None else None,
+                       capacity=self.server.core.capacity, undeliveredCount=0, unsettledCount=rec.in_flight)
+        acc, rej, rel, mod = rec.outcomes
+        row.update(creditAvailable=max(rec.credit, 0), deliveryCount=rec.delivered,
+                   presettledCount=rec.presettled, acceptedCount=acc, rejectedCount=rej, releasedCount=rel,
+                   modifiedCount=mod, zeroCreditSeconds=int(rec.zero_credit))
+        return row
+
+    # ---- addresses -------------------------------------------------------------------------------------
+    def addresses(self) -> list[dict[str, Any]]:
+        rows = []
+        for a in self.server.core.addresses.values():
+            remote = [d.node for d in a.remote]
+            rows.append({
+                "identity": a.key,
+                "distribution": a.distribution,
+                "subscriberCount": len(a.consumers),
+                "remoteCount": len(remote),
+                "remoteHostRouters": remote,
+                "producerCount": len(a.producers),
+                "deliveriesIngress": a.ingress,
+                "deliveriesEgress": a.egress,
+                "deliveriesTransit": a.transit,
+                "ready": a.ready,
+            })
+        return rows
+
+    # ---- the mesh ---------------------------------------------------------------------------------------
+    def router_nodes(self) -> list[dict[str, Any]]:
+        ls = self.server.mesh.ls
+        next_hops, costs, neighbours = ls.next_hops, ls.costs, ls.neighbors
+        origins = ls.valid_origins
+        rows = []
+        for info in ls.remote_nodes():
+            node = info["id"]
+            peers = ls.link_state(node) or {}
+            hop = next_hops.get(node)
+            rows.append({
+                "identity": node,
+                "reachable": node in next_hops,
+                "neighbour": node in neighbours,
+                "nextHop": hop if hop is not None and hop != node else None,
+                "cost": costs.get(node),
+                "linkState": [f"{p}:{c}" for p, c in sorted(peers.items())],
+                "validOrigins": sorted(origins.get(node, ())),
+                "instance": info["instance"],
+                "lsSeq": info["ls_seq"],
+                "mobileSeq": info["mobile_seq"],
+                "addrCount": info["addresses"],
+            })
+        return rows
+
+    # ---- broker gateways -------------------------------------------------------------------------------
+    def brokers(self) -> list[dict[str, Any]]:
+        gateways = self.server.gateways
+        if gateways is None:
+            return []
+        return [{name: row.get(name) for name in ATTRIBUTES["broker"]} for row in gateways.entities()]
+
+    # ---- listeners -------------------------------------------------------------------------------------
+    def listeners(self) -> list[dict[str, Any]]:
+        server = self.server
+        counts: dict[str, int] = {}
+        for conn in server.engine.conns.values():
+            where = getattr(conn, "listener", None)
+            if conn.alive and where is not None:
+                counts[where] = counts.get(where, 0) + 1
+        rows = []
+        for lc, (sock, _role) in zip(server.config.listeners, server.listeners, strict=False):
+            host, port = sock.getsockname()[:2]
+            ident = f"{host}:{port}"
+            settings = {k: v for k, v in _fields(lc) if k not in ("host", "port", "role", "cost")}
+            rows.append({"identity": ident, "host": host, "port": port, "role": lc.role, "cost": lc.cost,
+                         "connectionCount": counts.get(ident, 0), "settings": settings})
+        return rows
+
+
+def _fields(obj: object) -> Iterator[tuple[str, Any]]:
+    """A config dataclass's fields as AMQP-friendly values (nested dataclasses become maps)."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value):
+            value = dict(_fields(value))
+        elif isinstance(value, tuple | frozenset | set):
+            value = list(value)
+        yield f.name, value
