@@ -173,6 +173,23 @@ class _RejectNoTo:
                      b"anonymous relay: the message has no readable 'to' address")
 
 
+class _RejectOversize:
+    """REJECTED for a transfer bigger than its connection's max_message_size (listener limit)."""
+
+    __slots__ = ("limit",)
+    outcome = REJECTED
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def apply(self, dst_dlv: object) -> None:
+        set_rejected(dst_dlv, b"amqp:link:message-size-exceeded", _oversize_text(self.limit))
+
+
+def _oversize_text(limit: int) -> bytes:
+    return f"message larger than this connection's max-message-size of {limit} bytes".encode()
+
+
 class _PeerProbe:
     """Stands for 'a consumer on a peer node' when asking for the annotated version of a message."""
 
@@ -226,6 +243,7 @@ class Engine:
         self.mesh: object = None
         self.tel: object = None      # router.node.telemetry.NodeTelemetry when telemetry is configured
         self._links_epoch = 0        # bumped when a data link to a peer comes or goes
+        self._conn_ids = 0           # the last connection's management identity
         self._routes_synced: tuple[int, int, int] | None = None
         self._bufsize = 64 * 1024
         self._buf = ffi.new("char[]", self._bufsize)
@@ -249,6 +267,9 @@ class Engine:
                        echo_detector: object = None, client: bool = False, cost: int = 1) -> Connection:
         conn = Connection(sock, peer, self.node_id, self.idle_timeout, self.collector, role, echo_detector,
                           client=client, cost=cost)
+        self._conn_ids += 1
+        conn.ident = self._conn_ids
+        conn.opened = self.core.now
         self.conns[conn.pn_conn] = conn
         if client:
             pn_connection_open(conn.pn_conn)
@@ -524,6 +545,10 @@ class Engine:
         if conn is None or not conn.alive:
             return
         self.dirty.add(conn)
+        refusal = conn.admit_link(link)         # listener limits (max_links); max-message-size
+        if refusal is not None:
+            self._refuse(link, b"amqp:resource-limit-exceeded", refusal)
+            return
         pn_terminus_copy(pn_link_source(link), pn_link_remote_source(link))
         pn_terminus_copy(pn_link_target(link), pn_link_remote_target(link))
         if conn.role == "inter-router":
@@ -559,7 +584,7 @@ class Engine:
         pn_link_advance(link)
         pn_delivery_settle(d)
         if pn_link_credit(link) < CONTROL_CREDIT // 2:
-            pn_link_flow(link, CONTROL_CREDIT - pn_link_credit(link))
+            pn_link_flow(link, CONTROL_CREDIT - max(pn_link_credit(link), 0))  # (see _on_flow)
             self.dirty.add(rl.conn)
         if self.mesh is not None and n > 0:
             self.mesh.on_control(rl.conn, ffi.buffer(buf, n)[:])
@@ -572,7 +597,10 @@ class Engine:
             pn_terminus_set_address(pn_link_source(link), name.encode())
         else:
             name = _terminus_address(src)
-            if not name:
+            if name is None:
+                self._refuse(link, b"amqp:invalid-field", b"the source address is not valid UTF-8")
+                return
+            if not address_key(name, self.node_id):     # also "/", "amqp:/": no address at all
                 self._refuse(link, b"amqp:invalid-field", b"a receiving link needs a source address")
                 return
         c = self.core.add_consumer(link, conn, name)
@@ -595,6 +623,9 @@ class Engine:
             self._refuse(link, b"amqp:not-implemented", b"dynamic targets are not supported")
             return
         name = _terminus_address(tgt)
+        if name is None:
+            self._refuse(link, b"amqp:invalid-field", b"the target address is not valid UTF-8")
+            return
         p = self.core.add_producer(link, conn, name or None)
         self.links[link] = p
         conn.links.add(link)
@@ -655,7 +686,7 @@ class Engine:
             outcome = RELEASED if e[4] >= first_unsent else MODIFIED
             self._fail(e, outcome)
             if self.tel is not None and e[3] is None:
-                self.tel.settled(od, outcome)
+                self.tel.settled(e[0], outcome, e[6], c)
             if conn_alive:
                 pn_delivery_settle(od)
         if c.held:
@@ -689,7 +720,7 @@ class Engine:
             else:
                 pn_delivery_update(din, outcome)
             pn_delivery_settle(din)
-            self.core.count_outcome(outcome)
+            self.core.count_outcome(outcome, p)
             self.dirty.add(p.conn)
 
     # ---- flow -------------------------------------------------------------------------------------------
@@ -705,7 +736,9 @@ class Engine:
                 self.dirty.add(rec.conn)
             self.core.consumer_credit(rec, credit)
         else:
-            self.core.producer_credit(rec, pn_link_credit(link))
+            # a sender's FLOW may move delivery-count far ahead, and Proton then reports credit far
+            # below zero: bounded, so that the top-up the core computes still fits a FLOW
+            self.core.producer_credit(rec, max(pn_link_credit(link), -self.core.capacity))
 
     # ---- deliveries -------------------------------------------------------------------------------------
     def _on_delivery(self, d: object) -> None:
@@ -737,6 +770,9 @@ class Engine:
             self.core.unroutable(rec, True)
             return
         n = pn_delivery_pending(d)
+        if n > rec.conn.max_message_size:
+            self._too_big(d, link, rec, presettled)
+            return
         if n > self._bufsize:
             self._bufsize = n * 2
             self._buf = ffi.new("char[]", self._bufsize)
@@ -744,6 +780,9 @@ class Engine:
         n = pn_link_recv(link, buf, n)
         pn_link_advance(link)
         rec.credit -= 1
+        if n < 0:                       # an empty transfer (PN_EOS): there is no message to pass on
+            self._reject(d, rec, presettled, b"amqp:decode-error", b"empty message")
+            return
         if self.tel is not None and rec.credit == 0:
             self.tel.event("credit_starved_start", link, rec.address.key if rec.address else None,
                            rec.conn.peer)
@@ -762,12 +801,14 @@ class Engine:
             self._to_mesh(d, rec, a, a.key, ffi.buffer(buf, n)[:], presettled)
             return
         if a.multicast:
-            self._multicast(d, rec, a.consumers and self.core.fanout(a, presettled), buf, n, presettled)
+            self._multicast(d, rec, a.consumers and self.core.fanout(a, presettled), buf, n, presettled, a=a)
             return
         c = self.core.pick(a)
         if c is None:
             self._unroutable(d, rec, presettled)
             return
+        a.ingress += 1
+        a.egress += 1
         if c.busy:
             self._hold(c, ffi.buffer(buf, n)[:], d, rec, presettled)
             return
@@ -782,15 +823,16 @@ class Engine:
             pn_delivery_settle(d)
             self.core.sent_presettled(rec, (c,))
             if self.tel is not None:
-                self.tel.presettled(a.key, n, True)
+                self.tel.presettled_here(a.key, n)
         elif c.presettle:
             pn_delivery_settle(od)
             self._accept_handed_over(d, rec)
             self.core.sent_presettled(rec, (c,))
         else:
             self.core.sent(rec, c, d, od)
-            if self.tel is not None:
-                self.tel.arrived(od, n, a.key)
+            tel = self.tel
+            if tel is not None:
+                tel.open[d] = n                         # router/node/telemetry.py: the hot path
 
     def _send_whole(self, c: Consumer, data: object, n: int) -> object:
         """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
@@ -806,7 +848,7 @@ class Engine:
         """Settle an unsettled delivery ACCEPTED: it went to an at-most-once (pre-settled) consumer."""
         pn_delivery_update(d, ACCEPTED)
         pn_delivery_settle(d)
-        self.core.count_outcome(ACCEPTED)
+        self.core.count_outcome(ACCEPTED, p)
         self.dirty.add(p.conn)
 
     def _anonymous_target(self, d: object, buf: object, n: int, presettled: bool, p: Producer):
@@ -897,7 +939,7 @@ class Engine:
                 targets = core.mesh_fanout(a, presettled, origin, trace, came_from)
                 for c in targets:
                     payload(c)                  # any decoding error happens before a copy is sent
-                self._multicast(d, p, targets, data, len(data), presettled, payload, key, ann)
+                self._multicast(d, p, targets, data, len(data), presettled, payload, key, ann, a)
                 return
             c, rd = core.pick_mesh(a, came_from)
             if c is None:
@@ -907,6 +949,7 @@ class Engine:
         except MalformedError:
             self._reject(d, p, presettled, b"amqp:decode-error", b"unreadable message or router annotations")
             return
+        _count_route(a, p, c)
         n = len(out)
         if c.busy:
             self._hold(c, out, d, p, presettled)
@@ -925,14 +968,14 @@ class Engine:
         else:
             core.sent(p, c, d, od, rd)
             if self.tel is not None:
-                self.tel.arrived(od, n, key, *_tel_route(p, c, ann, rd))
+                self.tel.sent(d, n, key, *_tel_route(p, c, ann, rd))
 
     def _reject(self, d: object, p: Producer, presettled: bool, name: bytes, desc: bytes) -> None:
         if not presettled:
             set_rejected(d, name, desc)
-            self.core.count_outcome(0x25)
+            self.core.count_outcome(REJECTED, p)
         pn_delivery_settle(d)
-        self.core.unroutable(p, True)
+        self.core.credit_back(p)
         self.dirty.add(p.conn)
 
     def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
@@ -950,18 +993,21 @@ class Engine:
         self.dirty.add(p.conn)
 
     def _multicast(self, d: object, p: Producer, consumers, buf: object, n: int, presettled: bool,
-                   payload=None, key: str | None = None, ann: RouterAnnotations | None = None) -> None:
+                   payload=None, key: str | None = None, ann: RouterAnnotations | None = None,
+                   a: Address | None = None) -> None:
         """One copy per consumer; `payload(consumer)` gives per-consumer bytes (mesh), else `buf`."""
         if not consumers:
             self._unroutable(d, p, presettled)
             return
+        if a is not None:
+            _count_copies(a, p, consumers)
         core = self.core
         g = None if presettled else core.new_group(d, p)
         if self.tel is not None:
             key = key or consumers[0].address.key
             route = _tel_route(p, consumers[0], ann, copies=consumers)  # out_link: that of the first copy
             if g is not None:
-                self.tel.arrived(g, n, key, *route)
+                self.tel.sent_group(g, n, key, *route)
             else:
                 self.tel.presettled(key, n, True, *route)
         handed_over = 0                     # unsettled copies sent settled to at-most-once consumers
@@ -999,14 +1045,15 @@ class Engine:
         if e is None:
             pn_delivery_settle(od)
             return
+        c.outcomes[outcome - ACCEPTED] += 1
         din, p, g = e[0], e[1], e[3]
         stream = self.stream_outs.pop(od, None) if self.stream_outs else None
         if stream is not None:                   # decided before the whole message was sent to it
             if g is None:
                 stream.final = OutcomeSnapshot(od, outcome)
                 if self.tel is not None:
-                    self.tel.grew(od, stream.size)
-                    self.tel.settled(od, outcome)
+                    self.tel.grew(e[0], stream.size)
+                    self.tel.settled(e[0], outcome, e[6], c)
             else:
                 self._copy_done(g, od, outcome, None)
             self._stop_stream_copy(stream, c, od)   # aborts (and so settles) od: do it last
@@ -1017,10 +1064,17 @@ class Engine:
         elif p.alive:
             copy_outcome(od, din, outcome)
             pn_delivery_settle(din)
-            self.core.count_outcome(outcome)
+            p.outcomes[outcome - ACCEPTED] += 1     # core.count_outcome, inlined
             self.dirty.add(p.conn)
-        if self.tel is not None and g is None:
-            self.tel.settled(od, outcome)
+        tel = self.tel
+        if tel is not None and g is None:             # router/node/telemetry.py: the hot path
+            v = tel.open.pop(e[0], None)
+            if v is not None:
+                if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
+                    tel.run(outcome, e[6], c.address)
+                tel.sizes.append(v)
+            elif tel.mesh:
+                tel.settled(e[0], outcome, e[6], c)
         pn_delivery_settle(od)
         self.dirty.add(c.conn)
 
@@ -1037,10 +1091,10 @@ class Engine:
             elif p.alive:
                 g.detail.apply(g.in_dlv)
                 pn_delivery_settle(g.in_dlv)
-                self.core.count_outcome(g.outcome)
+                self.core.count_outcome(g.outcome, p)
                 self.dirty.add(p.conn)
             if self.tel is not None:
-                self.tel.settled(g, g.outcome)
+                self.tel.group_settled(g, g.outcome)
             self.core.group_done(g)
             g.detail = None
 
@@ -1089,7 +1143,7 @@ class Engine:
         elif p.alive:
             pn_delivery_update(d, RELEASED)
             pn_delivery_settle(d)
-            self.core.count_outcome(RELEASED)
+            self.core.count_outcome(RELEASED, p)
             self.dirty.add(p.conn)
 
     # ---- streaming (multi-frame messages) ---------------------------------------------------------------
@@ -1124,6 +1178,8 @@ class Engine:
             else:
                 c = core.pick(a)
             consumers = [c] if c is not None and not c.busy else []
+        if consumers:
+            _count_copies(a, s.producer, consumers)
         if not s.presettled and consumers:
             if a.multicast:
                 s.group = core.new_group(s.in_dlv, s.producer)
@@ -1139,7 +1195,7 @@ class Engine:
                 else:
                     core.sent(s.producer, c, s.in_dlv, od, rd)
                     if self.tel is not None:
-                        self.tel.arrived(od, 0, a.key, *_tel_route(s.producer, c, ann, rd))
+                        self.tel.sent(s.in_dlv, 0, a.key, *_tel_route(s.producer, c, ann, rd))
             self.dirty.add(c.conn)
 
     def _pump_stream(self, s: Stream) -> None:
@@ -1162,6 +1218,9 @@ class Engine:
             if got <= 0:
                 break
             s.size += got
+            if s.size > s.producer.conn.max_message_size:
+                self._stream_too_big(s)             # abort its copies; the rest is read and dropped
+                continue
             if not s.routed:
                 s.prefix += ffi.buffer(buf, got)[:]
                 if not self._route_prefixed_stream(s):
@@ -1247,13 +1306,41 @@ class Engine:
             return False
         return True
 
+    def _too_big(self, d: object, link: object, p: Producer, presettled: bool) -> None:
+        """A complete transfer over its connection's max_message_size: REJECTED, nothing forwarded."""
+        pn_link_advance(link)
+        p.credit -= 1
+        self._reject(d, p, presettled, b"amqp:link:message-size-exceeded",
+                     _oversize_text(p.conn.max_message_size))
+
+    def _stream_too_big(self, s: Stream) -> None:
+        """A streamed transfer passed its connection's max_message_size: abort what was sent on, drop
+        the rest as it arrives and answer REJECTED when the last frame is in (nothing is buffered)."""
+        if s.final.__class__ is _RejectOversize:
+            return
+        outs, s.outs = s.outs, []
+        for c, od in outs:
+            self.stream_outs.pop(od, None)
+            c.busy = False
+            pn_delivery_abort(od)                   # settles it: the consumer sees an aborted transfer
+            e = self.core.settle(od)
+            if e is not None and e[3] is not None:
+                self._copy_done(e[3], None, MODIFIED, NodeOutcome(MODIFIED))
+            self._flush_held(c)
+            self.dirty.add(c.conn)
+        s.routed = True
+        s.prefix = None
+        s.payload = None
+        s.final = _RejectOversize(s.producer.conn.max_message_size)
+        self.core.credit_back(s.producer)
+
     def _sink_stream(self, s: Stream, outcome: int) -> None:
         """Give up on a streamed message: read and discard the rest, then answer with `outcome`."""
         s.routed = True
         s.prefix = None
         s.outs = []
         s.final = _RejectNoTo() if outcome == REJECTED else NodeOutcome(outcome)
-        self.core.unroutable(s.producer, True)      # credit back now; the answer comes at the end
+        self.core.credit_back(s.producer)           # credit back now; the answer comes at the end
 
     def _end_stream(self, s: Stream, aborted: bool) -> None:
         """The last frame of a streamed message arrived (or the producer aborted it)."""
@@ -1271,7 +1358,7 @@ class Engine:
             else:
                 pn_link_advance(c.handle)
                 if self.tel is not None:
-                    self.tel.grew(od, s.size)
+                    self.tel.grew(d, s.size)
                 if s.presettled:
                     pn_delivery_settle(od)
                 elif c.presettle:
@@ -1281,19 +1368,19 @@ class Engine:
             if s.group is not None:
                 core.group_done(s.group)
             pn_delivery_settle(d)
-            core.unroutable(p, True)
+            core.credit_back(p)
         elif s.presettled:
             pn_delivery_settle(d)
             core.sent_presettled(p, [c for c, _ in s.outs])
         elif s.final is not None:
             s.final.apply(d)
             pn_delivery_settle(d)
-            core.count_outcome(s.final.outcome)
+            core.count_outcome(s.final.outcome, p)
         elif not s.outs and s.group is None:
             pn_delivery_update(d, RELEASED)          # nobody could take it
             pn_delivery_settle(d)
-            core.count_outcome(RELEASED)
-            core.unroutable(p, True)
+            core.count_outcome(RELEASED, p)
+            core.credit_back(p)
         # otherwise the consumers' outcomes settle it later, as for any delivery
         for c, _od in s.outs:
             self._flush_held(c)
@@ -1330,14 +1417,41 @@ class Engine:
                     self.paused.discard(s)
 
     def snapshot(self) -> dict:
-        """Core tables plus the adapter's own (for tests and logs)."""
-        snap = self.core.snapshot()
-        snap.update(connections=len(self.conns), links=len(self.links), streams=len(self.streams))
+        """Core tables plus the adapter's own (for tests and logs). The node's in-process clients
+        (management agent, broker gateways) are counted apart, as `internal_connections`."""
+        snap = self.core.snapshot(hidden=lambda link: link.conn.internal)
+        internal = sum(1 for c in self.conns.values() if c.internal)
+        links = sum(1 for rec in self.links.values() if not rec.conn.internal)
+        snap.update(connections=len(self.conns) - internal, internal_connections=internal, links=links,
+                    streams=len(self.streams))
         return snap
 
 
 CLIENT_LINK = "client"
 ROUTER_LINK = "inter-router"
+
+
+def _count_route(a: Address, p: Producer, c: Consumer) -> None:
+    """Count a delivery of address `a` from `p` to `c` as ingress / egress / transit."""
+    if p.router:
+        if c.peer is None:
+            a.egress += 1
+        else:
+            a.transit += 1
+    else:
+        a.ingress += 1
+        if c.peer is None:
+            a.egress += 1
+
+
+def _count_copies(a: Address, p: Producer, consumers: list[Consumer]) -> None:
+    """Count one delivery of `a` from `p` sent to `consumers` (multicast: one copy each)."""
+    local = sum(1 for c in consumers if c.peer is None)
+    a.egress += local
+    if not p.router:
+        a.ingress += 1
+    elif local < len(consumers):
+        a.transit += 1
 
 
 def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: RemoteDest | None = None,
@@ -1353,6 +1467,12 @@ def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: Remo
             ROUTER_LINK if c.peer is not None else CLIENT_LINK, egress)
 
 
-def _terminus_address(terminus: object) -> str:
+def _terminus_address(terminus: object) -> str | None:
+    """The terminus address ("" when it has none, None when it is not valid UTF-8)."""
     p = pn_terminus_get_address(terminus)
-    return ffi.string(p).decode() if p != ffi.NULL else ""
+    if p == ffi.NULL:
+        return ""
+    try:
+        return ffi.string(p).decode()
+    except UnicodeDecodeError:
+        return None

@@ -1,10 +1,30 @@
 """The node's telemetry hooks: turn engine happenings into TelemetryWriter records.
 
 The engine calls these only when telemetry is configured (`engine.tel is not None`), so a node without
-telemetry pays one attribute test per message. A delivery costs one small tuple when it is forwarded
-(kept until it settles) and one when it settles, both numbers only: the strings of its route (address,
-ingress, hops, link kinds, egress) are interned once per route as a route id. The writer does the rest
-off the hot path (router.telemetry).
+telemetry pays one attribute test per message. With telemetry, an unsettled delivery from a client to a
+client of this node (the hot path, which the engine inlines) costs one dict entry while it is in flight
+(its size, keyed by the inbound delivery: the object the core's in-flight entry holds, so the lookup at
+settlement matches by identity) and, when it settles, one list append to the current `DeliveryColumns`
+batch. Everything else is kept as runs: the route (that of the consumer's address), the outcome, the
+arrival time (the core's in-flight stamp `sent_at`: the time of the batch of events the delivery came
+in) and the settlement time (the time of the batch of events it settled in). The strings of a route
+(address, ingress, hops, link kinds, egress) are interned once per route as a route id. The inlined
+code is written so that CPython 3.11 specializes every step (plain dicts and lists, no bound methods in
+attributes):
+
+    tel.open[d] = n                                     # forwarded (`d`: the inbound delivery)
+    v = tel.open.pop(e[0], None)                        # settled (`e`: the core's in-flight entry)
+    if v is not None:
+        if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
+            tel.run(outcome, e[6], c.address)
+        tel.sizes.append(v)
+    elif tel.mesh:
+        tel.settled(e[0], outcome, e[6], c)
+
+Other deliveries (from or to peers, streamed, multicast, pre-settled, unroutable) go through the
+methods below. Once per pump (`tick`) the batch closes its settlement-time run; about twice a second (or
+every HANDOFF_RECORDS records) it goes to the writer whole, which converts and writes it off the hot
+path (router.telemetry).
 """
 
 from __future__ import annotations
@@ -14,6 +34,7 @@ import time
 from cproton_ffi import ffi
 
 from router.telemetry import DROPPED, PRESETTLED, TelemetryWriter
+from router.telemetry.columns import DeliveryColumns
 
 
 def link_id(link: object) -> str:
@@ -24,7 +45,10 @@ def link_id(link: object) -> str:
 CLIENT = "client"
 ROUTER = "inter-router"
 HERE = ""  # egress: this node (the engine does not know the node id where it computes routes)
+ACCEPTED = 0x24
 RELEASED = 0x26
+HANDOFF_RECORDS = 65_536  # hand a batch to the writer at this many records
+HANDOFF_SECONDS = 0.5     # or when it is this old (the server pumps at least once a second)
 
 
 class NodeTelemetry:
@@ -36,22 +60,72 @@ class NodeTelemetry:
     on a client (or broker) link, the destination node for anycast toward a peer, None otherwise.
     """
 
-    def __init__(self, writer: TelemetryWriter, node_id: str) -> None:
+    def __init__(self, writer: TelemetryWriter, node_id: str, handoff_records: int = HANDOFF_RECORDS,
+                 handoff_seconds: float = HANDOFF_SECONDS) -> None:
         self.writer = writer
         self.node_id = node_id
-        # out delivery / group -> (route id, size, arrival)
-        self._arrivals: dict[object, tuple] = {}
-        self._local: dict[str | None, int] = {}  # address -> route id of client in, client out
-        self._routes: dict[tuple, int] = {}      # (address, ingress, hops, in, out, egress) -> route id
+        self.open: dict[object, int] = {}       # in delivery -> size, client to client here, until settled
+        self.mesh: dict[object, tuple[int, int]] = {}   # in delivery -> (route id, size), other ways
+        self._groups: dict[object, tuple[int, int, float]] = {}  # multicast group -> (rid, size, arrival)
+        self._routes: dict[tuple, int] = {}     # (address, ingress, hops, in, out, egress) -> route id
+        self._local: dict[str | None, int] = {}  # address -> route id client in, client out here
         # the server calls tick() once per pump: one clock read per batch of messages, not two per message
         self.now = time.time()
-        self._put = writer.putter()
+        # the current run of the batch: route (and the address whose local route it is, if it is one),
+        # outcome, arrival
+        self.rid = 0
+        self.address: object = None
+        self.outcome = ACCEPTED
+        self.arrived: float | None = None
+        self._handoff_records = handoff_records
+        self._handoff_seconds = handoff_seconds
+        self._due = self.now + handoff_seconds
+        self._marked = 0                        # records of the batch that have their settlement time
+        self._new_batch()
+
+    def _new_batch(self) -> None:
+        b = self.batch = DeliveryColumns(self.rid, self.outcome, self.arrived)
+        self.sizes = b.sizes
+        self._marked = 0
 
     def tick(self, now: float) -> None:
-        """Once per pump: the time stamp of this batch of messages (and the writer's current putter)."""
+        """Once per pump: the time stamp of this batch of events; the records of the last one were
+        settled at the previous stamp. Hands the batch to the writer when it is big or old enough."""
+        b = self.batch
+        n = len(b.sizes)
+        if n != self._marked:
+            b.ends.append(n)
+            b.times.append(self.now)
+            self._marked = n
+        if n and (n >= self._handoff_records or now >= self._due):
+            self.writer.deliveries(b)
+            self._new_batch()
+            self._due = now + self._handoff_seconds
         self.now = now
-        self._put = self.writer.putter()
 
+    # ---- runs ---------------------------------------------------------------------------------------------
+    def run(self, outcome: int, arrival: float, address: object) -> None:
+        """The records appended from now on: local route of `address` (a core Address), `outcome`,
+        `arrival`."""
+        rid = self._local.get(address.key)
+        if rid is None:
+            rid = self._local_route(address.key)
+        self._run(rid, outcome, arrival)
+        self.address = address
+
+    def _run(self, rid: int, outcome: int, arrival: float) -> None:
+        self.batch.run(rid, outcome, arrival)
+        self.rid = rid
+        self.outcome = outcome
+        self.arrived = arrival
+        self.address = None
+
+    def _record(self, rid: int, size: int, outcome: int, arrival: float) -> None:
+        if rid != self.rid or outcome != self.outcome or arrival is not self.arrived:
+            self._run(rid, outcome, arrival)
+        self.sizes.append(size)
+
+    # ---- routes -------------------------------------------------------------------------------------------
     def _route(self, address: str | None, ingress: str | None = None, hops: int = 0,
                in_link: str | None = CLIENT, out_link: str | None = CLIENT, egress: str | None = HERE) -> int:
         key = (address, ingress, hops, in_link, out_link, egress)
@@ -64,56 +138,79 @@ class NodeTelemetry:
         return rid
 
     def _local_route(self, address: str | None) -> int:
-        rid = self._local.get(address)
-        if rid is None:
-            rid = self._local[address] = self._route(address, None, 0, CLIENT, CLIENT, HERE)
+        rid = self._local[address] = self._route(address)
         return rid
 
     # ---- deliveries ---------------------------------------------------------------------------------------
-    def arrived(self, key: object, size: int, address: str, *route) -> None:
-        """An unsettled delivery was forwarded; `key` is what its settlement will be reported under.
+    def sent(self, key: object, size: int, address: str | None, *route) -> None:
+        """An unsettled delivery was forwarded (other than client to client here, which the engine
+        inlines); `key` (its inbound delivery, as the core's in-flight entry holds it) is what its
+        settlement will be reported under.
 
-        `route`: (ingress, hops, in_link, out_link, egress) as _route takes them; none for a delivery
-        from a client to a client of this node (the fast path)."""
-        if route:
-            rid = self._route(address, *route)
-        else:
-            rid = self._local.get(address)
-            if rid is None:
-                rid = self._local_route(address)
-        self._arrivals[key] = (rid, size, self.now)
+        `route`: (ingress, hops, in_link, out_link, egress) as _route takes them."""
+        self.mesh[key] = (self._route(address, *route), size)
 
     def grew(self, key: object, size: int) -> None:
         """A streamed delivery's final size is known."""
-        entry = self._arrivals.get(key)
-        if entry is not None:
-            self._arrivals[key] = (entry[0], size, entry[2])
-
-    def settled(self, key: object, outcome: int) -> None:
-        """The delivery recorded under `key` was settled upstream with `outcome`."""
-        e = self._arrivals.pop(key, None)
+        e = self.mesh.get(key)
         if e is not None:
-            self._put((e[0], outcome, e[1], e[2], self.now))
+            self.mesh[key] = (e[0], size)
+        elif key in self.open:
+            self.open[key] = size
+
+    def settled(self, key: object, outcome: int, arrival: float, consumer: object) -> None:
+        """The delivery forwarded as `key` at `arrival` (its in-flight stamp) to `consumer` (a core
+        Consumer) was settled upstream with `outcome`."""
+        size = self.open.pop(key, None)
+        if size is not None:
+            rid = self._local.get(consumer.address.key)
+            if rid is None:
+                rid = self._local_route(consumer.address.key)
+            self._record(rid, size, outcome, arrival)
+            return
+        e = self.mesh.pop(key, None)
+        if e is not None:
+            self._record(e[0], e[1], outcome, arrival)
+
+    def sent_group(self, group: object, size: int, address: str | None, *route) -> None:
+        """An unsettled multicast delivery went out as copies of `group`."""
+        self._groups[group] = (self._route(address, *route), size, self.now)
+
+    def group_settled(self, group: object, outcome: int) -> None:
+        """Every copy of `group` is terminal: it was settled upstream with `outcome`."""
+        e = self._groups.pop(group, None)
+        if e is not None:
+            self._record(e[0], e[1], outcome, e[2])
+
+    def presettled_here(self, address: str | None, size: int) -> None:
+        """A pre-settled delivery from a client went to a client of this node."""
+        rid = self._local.get(address)
+        if rid is None:
+            rid = self._local_route(address)
+        self._record(rid, size, PRESETTLED, self.now)
 
     def presettled(self, address: str | None, size: int, delivered: bool, ingress: str | None = None,
                    hops: int = 0, in_link: str = CLIENT, out_link: str = CLIENT,
                    egress: str | None = HERE) -> None:
-        now = self.now
         if delivered:
-            self._put((self._route(address, ingress, hops, in_link, out_link, egress), PRESETTLED, size,
-                       now, now))
+            self._record(self._route(address, ingress, hops, in_link, out_link, egress), size, PRESETTLED,
+                         self.now)
         else:
-            self._put((self._route(address, ingress, hops, in_link, None, None), DROPPED, size, now, now))
+            self._record(self._route(address, ingress, hops, in_link, None, None), size, DROPPED, self.now)
 
     def unroutable(self, address: str | None, size: int, ingress: str | None = None, hops: int = 0,
                    in_link: str = CLIENT) -> None:
         """An unsettled delivery found no destination and went back RELEASED (or was rejected)."""
-        now = self.now
-        self._put((self._route(address, ingress, hops, in_link, None, None), RELEASED, size, now, now))
+        self._record(self._route(address, ingress, hops, in_link, None, None), size, RELEASED, self.now)
 
     # ---- events -------------------------------------------------------------------------------------------
     def event(self, name: str, link: object, address: str | None, peer: str | None) -> None:
         self.writer.event((name, link_id(link) if link is not None else None, address, peer, time.time()))
 
     def close(self) -> None:
+        """Hand the current batch to the writer, which writes what is pending and stops."""
+        b = self.batch
+        b.settle(self.now)
+        self.writer.deliveries(b)
+        self._new_batch()
         self.writer.close()

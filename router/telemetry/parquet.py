@@ -8,6 +8,7 @@ as a row group; Parquet encoding, compression and the file writes run in Arrow's
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from router.telemetry.columns import DeliveryColumns
 from router.telemetry.schema import FILE_COLUMNS, OUTCOME_CODES, ROUTE_FIELDS
 
 _TYPES = {"hops": pa.int64(), "size": pa.int64(), "arrival": pa.float64(), "settled": pa.float64(),
@@ -71,22 +73,88 @@ class RouteTable:
         return pa.DictionaryArray.from_arrays(col.indices.take(ids), col.dictionary)
 
 
+class _Fill:
+    """Index zeros and null columns of any length, sliced from cached ones (no allocation per batch)."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.zeros = pa.array([], pa.int32())
+        self.nulls: dict[pa.DataType, pa.Array] = {}
+
+    def _grow(self, n: int) -> None:
+        size = max(n, 1 << 16)
+        self.zeros = pa.repeat(pa.scalar(0, pa.int32()), size)
+        self.nulls = {t: pa.nulls(size, t) for t in (_DICT, *_TYPES.values())}
+        self.size = size
+
+    def zero(self, n: int) -> pa.Array:
+        if n > self.size:
+            self._grow(n)
+        return self.zeros.slice(0, n)
+
+    def null(self, n: int, typ: pa.DataType) -> pa.Array:
+        if n > self.size:
+            self._grow(n)
+        col = self.nulls.get(typ)
+        return col.slice(0, n) if col is not None else pa.nulls(n, typ)
+
+
+_FILL = _Fill()
+
+
 def _constant(value: str, n: int) -> pa.DictionaryArray:
-    return pa.DictionaryArray.from_arrays(pa.repeat(pa.scalar(0, pa.int32()), n), pa.array([value]))
+    return pa.DictionaryArray.from_arrays(_FILL.zero(n), pa.array([value]))
 
 
 def compact_batch(rows: pa.StructArray, routes: RouteTable, node: str) -> pa.RecordBatch:
     """Delivery rows (COMPACT_TYPE) as a RecordBatch of FILE_SCHEMA (strings dictionary-encoded)."""
-    n = len(rows)
-    ids = rows.field(0)
-    codes = rows.field(1)
+    return delivery_batch(rows.field(0), rows.field(1), rows.field(2), rows.field(3), rows.field(4), routes,
+                          node)
+
+
+def delivery_columns(b: DeliveryColumns) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array, pa.Array]:
+    """``(route ids, outcome codes, sizes, arrival, settled)`` of a complete DeliveryColumns batch.
+
+    A handful of C-level calls: one list conversion and run-end decoding.
+    Raises (pa.ArrowException, TypeError, ValueError, OverflowError) on a malformed batch."""
+    n = len(b.sizes)
+    if not n or not b.ends or b.ends[-1] != n:
+        raise ValueError("incomplete delivery batch")
+    size = pa.array(b.sizes, pa.int64())
+    if size.null_count or pc.min(size).as_py() < 0:
+        raise ValueError("missing or negative size")
+    settled = _runs(b.ends, pa.array(b.times, pa.float64()))
+    k = len(b.starts) - (b.starts[-1] == n)     # the last run may be empty
+    ends = b.starts[1:k] + [n]
+    ids = _runs(ends, pa.array(b.routes[:k], pa.int32()))
+    codes = _runs(ends, pa.array(b.codes[:k], pa.int32()))
+    arrival = _runs(ends, pa.array(b.arrivals[:k], pa.float64()))
+    if ids.null_count or arrival.null_count or settled.null_count or codes.null_count:
+        raise ValueError("missing route, time or outcome")
+    return ids, codes, size, arrival, settled
+
+
+def _runs(ends: list[int], values: pa.Array) -> pa.Array:
+    """The plain array of ``values[k]`` repeated up to ``ends[k]`` (run-end decoding); ``ends`` must
+    increase strictly."""
+    if len(ends) != len(values):
+        raise ValueError("runs and values differ in number")
+    if len(ends) == 1:
+        return pa.repeat(values[0], ends[0])
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), values))
+
+
+def delivery_batch(ids: pa.Array, codes: pa.Array, size: pa.Array, arrival: pa.Array, settled: pa.Array,
+                   routes: RouteTable, node: str) -> pa.RecordBatch:
+    """Delivery columns as a RecordBatch of FILE_SCHEMA (strings dictionary-encoded)."""
+    n = len(ids)
     lo_hi = pc.min_max(codes)
     if lo_hi["min"].as_py() < 0 or lo_hi["max"].as_py() > 255:
         codes = pc.if_else(pc.and_(pc.greater_equal(codes, 0), pc.less_equal(codes, 255)), codes, 0)
     by_name = {
         "kind": _constant("delivery", n), "node": _constant(node, n),
         "outcome": pa.DictionaryArray.from_arrays(OUTCOME_INDEX.take(codes), OUTCOME_NAMES),
-        "size": rows.field(2), "arrival": rows.field(3), "settled": rows.field(4),
+        "size": size, "arrival": arrival, "settled": settled,
     }
     for name in ROUTE_FIELDS:
         by_name[name] = routes.column(name, ids)
@@ -104,14 +172,38 @@ def event_batch(rows: pa.StructArray, node: str) -> pa.RecordBatch:
 
 def _batch(by_name: dict[str, pa.Array], n: int) -> pa.RecordBatch:
     cols = []
-    for f in FILE_SCHEMA:
+    for f in BATCH_SCHEMA:
         col = by_name.get(f.name)
         if col is None:
-            col = pa.nulls(n, f.type)
-        if f.type == pa.string() and not pa.types.is_dictionary(col.type):
+            col = _FILL.null(n, f.type)
+        elif f.type == _DICT and not pa.types.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
         cols.append(col)
     return pa.RecordBatch.from_arrays(cols, schema=BATCH_SCHEMA)
+
+
+def _parquet_writer(sink: object) -> pq.ParquetWriter:
+    """Dictionary pages for the strings only (numbers would be hashed for nothing), no statistics, pages
+    filled a batch at a time: about 60 ns of C++ per record instead of about 300."""
+    return pq.ParquetWriter(sink, BATCH_SCHEMA, compression="snappy", write_statistics=False,
+                            use_dictionary=STRING_COLUMNS, write_batch_size=1 << 16)
+
+
+def warm_up(node: str, parquet: bool) -> None:
+    """Convert (and with ``parquet`` write, to memory) a one-record batch of each kind: the first calls of
+    the Arrow kernels and of a Parquet writer cost about 20 ms, better spent at start than on the first
+    batch of records."""
+    b = DeliveryColumns(0, 0x24, 0.0)
+    b.sizes.append(0)
+    b.settle(0.0)
+    routes = RouteTable()
+    routes.update([("", "", 0, "", "", "")], 1)
+    rows = pa.array([("", "", "", "", 0.0)], EVENT_TYPE)
+    batches = [delivery_batch(*delivery_columns(b), routes, node), event_batch(rows, node)]
+    if parquet:
+        with _parquet_writer(io.BytesIO()) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
 
 
 def file_prefix(node: str, start: float) -> str:
@@ -159,10 +251,7 @@ class ParquetSink:
                 continue
             break
         self.paths.append(path)
-        # dictionary pages for the strings only (numbers would be hashed for nothing), no statistics:
-        # about 65 ns of C++ per record instead of about 300
-        self._writer = pq.ParquetWriter(self._file, BATCH_SCHEMA, compression="snappy",
-                                        write_statistics=False, use_dictionary=STRING_COLUMNS)
+        self._writer = _parquet_writer(self._file)
         self._rows = self._groups = 0
         self._opened = time.monotonic()
 

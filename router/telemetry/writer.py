@@ -1,9 +1,11 @@
 """TelemetryWriter: O(1) appends on the node's hot path, conversion and I/O in a background thread.
 
-The hot path appends tuples to lists; no formatting, no I/O, no lock. Deliveries go in compact form,
-numbers only: ``(route id, outcome code, size, arrival, settled)`` (``put``), where the route id indexes
-``routes``, the list of distinct ``(address, ingress, hops, in_link, out_link, egress)`` seen so far
-(``route``). ``delivery()`` takes the full tuple and does both steps.
+The hot path appends to lists; no formatting, no I/O, no lock. Deliveries come as numbers only, the
+route as an id indexing ``routes``, the list of distinct ``(address, ingress, hops, in_link, out_link,
+egress)`` seen so far (``route``): the node fills ``DeliveryColumns`` batches (one list append per
+record, see columns.py) and hands each over whole (``deliveries``, about twice a second); other callers
+``put`` compact tuples ``(route id, outcome code, size, arrival, settled)``; ``delivery()`` takes the
+full tuple and does both steps.
 
 A background thread wakes every ``flush_interval`` seconds (sooner when a list grows long), converts
 what has accumulated to Arrow record batches (one C-level conversion per batch; strings are looked up
@@ -16,8 +18,8 @@ line on the ``router.telemetry`` logger; the caller never sees an exception and 
 no-ops. If the thread falls behind and a list holds ``max_pending`` records, new records are dropped
 and counted (one WARNING line).
 
-Call ``delivery``/``put``/``route``/``event`` from one thread (the node's event loop); ``close()``
-from any thread.
+Call ``delivery``/``put``/``deliveries``/``route``/``event`` from one thread (the node's event loop);
+``close()`` from any thread.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from router.telemetry.columns import DeliveryColumns
 from router.telemetry.config import TelemetryConfig
 from router.telemetry.jsonl import JsonlSink
 from router.telemetry.parquet import (
@@ -39,8 +41,11 @@ from router.telemetry.parquet import (
     ParquetSink,
     RouteTable,
     compact_batch,
+    delivery_batch,
+    delivery_columns,
     event_batch,
     file_prefix,
+    warm_up,
 )
 from router.telemetry.schema import OUTCOME_CODES, CompactRecord, DeliveryRecord, EventRecord, Route
 
@@ -69,10 +74,6 @@ def _take(buf: list) -> list:
     return chunk
 
 
-def _nothing(rec: object) -> None:
-    """The putter once telemetry has stopped."""
-
-
 class TelemetryWriter:
     """Writes a node's telemetry records to ``config.dir`` off the hot path (see the module docstring)."""
 
@@ -90,12 +91,16 @@ class TelemetryWriter:
         self.routes: list[Route] = []          # route id -> route (append-only)
         self._route_ids: dict[Route, int] = {}
         self._deliveries: list[CompactRecord] = []
+        self._batches: list[DeliveryColumns] = []
+        self._added = 0   # records in batches handed over (caller's thread)
+        self._taken = 0   # and taken by the background thread
         self._events: list[EventRecord] = []
         self._max_pending = max(1, max_pending)
         self._kick_at = min(_KICK_AT, max(1, self._max_pending // 2))
         self._sampling = config.sample < 1
         self._step = round(config.sample * _SCALE)
         self._acc = 0
+        self._batch_acc = 0  # the sampling counter of batches (background thread)
         self._dropped = 0
         self._drop_logged = False
         self._on = True  # False once stopped or closed: the hot path then returns at once
@@ -124,6 +129,18 @@ class TelemetryWriter:
             self.routes.append(route)
         return rid
 
+    def deliveries(self, batch: DeliveryColumns) -> None:
+        """Take a complete batch of delivery records (the caller no longer touches it). O(1)."""
+        n = len(batch)
+        if self._on and n:
+            if self._added - self._taken + n > self._max_pending:
+                self._dropped += n
+                return
+            self._batches.append(batch)
+            self._added += n
+            if self._added - self._taken >= self._kick_at:
+                self._wake.set()
+
     def put(self, rec: CompactRecord) -> None:
         """Record one settled delivery in compact form ``(route id, outcome code, size, arrival,
         settled)``. O(1): one list append (after the sampling counter, if sampling)."""
@@ -142,20 +159,6 @@ class TelemetryWriter:
                     self._wake.set()
             else:
                 self._dropped += 1
-
-    def putter(self) -> Callable[[CompactRecord], None]:
-        """The cheapest function that does what ``put`` does, valid until the caller asks again.
-
-        A caller that asks once per batch of messages (the node: once per pump) and records fewer than
-        ``max_pending // 2`` deliveries per batch gets the list's own ``append`` while there is room."""
-        if not self._on:
-            return _nothing
-        n = len(self._deliveries)
-        if n >= self._kick_at:
-            self._wake.set()
-        if self._sampling or n >= self._max_pending // 2:
-            return self.put
-        return self._deliveries.append
 
     def delivery(self, rec: DeliveryRecord) -> None:
         """Record one settled delivery: ``(address, ingress, hops, in_link, out_link, outcome, size,
@@ -194,7 +197,7 @@ class TelemetryWriter:
     @property
     def pending(self) -> int:
         """Records waiting for the background thread."""
-        return len(self._deliveries) + len(self._events)
+        return len(self._deliveries) + len(self._events) + self._added - self._taken
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Block until everything recorded before this call is in complete files; False on timeout or
@@ -225,6 +228,7 @@ class TelemetryWriter:
     def _run(self) -> None:
         try:
             self._sink = sink = self._open()
+            warm_up(self.node, self.fmt == "parquet")
         except Exception as err:  # noqa: BLE001 - whatever it is, telemetry stops and routing goes on
             self._fail(err)
             return
@@ -256,14 +260,56 @@ class TelemetryWriter:
         events = _take(self._events)
         if events:
             sink.write(event_batch(self._arrow(events, EVENT_TYPE), self.node))
+        batches = _take(self._batches)
+        if batches:
+            self._table.update(self.routes, len(self.routes))  # every id in `batches` is below
+            for b in batches:
+                cols = self._columns(b)
+                self._taken += len(b)
+                if cols is not None and len(cols[0]):
+                    sink.write(delivery_batch(*cols, self._table, self.node))
         deliveries = _take(self._deliveries)
         if deliveries:
             self._table.update(self.routes, len(self.routes))  # every id in `deliveries` is below
             for i in range(0, len(deliveries), CHUNK):
-                rows = self._arrow(deliveries[i:i + CHUNK], COMPACT_TYPE)
-                sink.write(compact_batch(rows, self._table, self.node))
+                rows = self._known_routes(self._arrow(deliveries[i:i + CHUNK], COMPACT_TYPE))
+                if len(rows):
+                    sink.write(compact_batch(rows, self._table, self.node))
         if self.fmt == "jsonl":
             sink.flush()  # readers see records within about flush_interval
+
+    def _columns(self, b: DeliveryColumns) -> tuple[pa.Array, ...] | None:
+        """The Arrow columns of batch ``b`` (sampled); None if it is malformed (its records count as bad)."""
+        try:
+            cols = delivery_columns(b)
+            if pc.max(cols[0]).as_py() >= self._table.size:
+                raise ValueError("unknown route id")
+        except (pa.ArrowException, TypeError, ValueError, OverflowError, IndexError):
+            self.bad += len(b)
+            return None
+        if self._sampling:
+            keep = self._sample_mask(len(b))
+            cols = tuple(c.filter(keep) for c in cols)
+        return cols
+
+    def _sample_mask(self, n: int) -> pa.Array:
+        """Which of the next ``n`` records of batches sampling keeps: the ones at which the counter
+        ``acc + step`` passes a multiple of the scale, as ``put`` does one by one."""
+        acc = self._batch_acc
+        total = pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(self._step, pa.int64()), n)), acc)
+        turns = pc.shift_right(total, _SCALE.bit_length() - 1)
+        before = pa.concat_arrays([pa.array([0], pa.int64()), turns.slice(0, n - 1)])
+        self._batch_acc = (acc + n * self._step) % _SCALE
+        return pc.not_equal(turns, before)
+
+    def _known_routes(self, rows: pa.StructArray) -> pa.StructArray:
+        """``rows`` (COMPACT_TYPE) without those whose route id the writer never gave (counted as bad)."""
+        ids = rows.field(0)
+        if len(rows) and (pc.min(ids).as_py() < 0 or pc.max(ids).as_py() >= self._table.size):
+            n = len(rows)
+            rows = rows.filter(pc.and_(pc.greater_equal(ids, 0), pc.less(ids, self._table.size)))
+            self.bad += n - len(rows)
+        return rows
 
     def _arrow(self, rows: list[tuple], typ: pa.StructType) -> pa.StructArray:
         """``rows`` as a StructArray; rows with values of the wrong type are skipped and counted."""
@@ -297,6 +343,7 @@ class TelemetryWriter:
         self.stopped = True
         self.error = str(err)
         self._deliveries.clear()
+        self._batches.clear()
         self._events.clear()
         log.error("telemetry stopped, routing continues without it: %s: %s", self.config.path, err)
         sink = self._sink

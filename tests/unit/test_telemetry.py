@@ -314,32 +314,170 @@ def test_compact_records_routes_and_outcome_codes(tmp_path):
     assert w.route(("svc/x", "A", 0, "client", "client", "A")) == r1 != r2 and len(w.routes) == 2
     with pytest.raises(TypeError):
         w.route(("svc/z", "A", "two", "client", "client", None))
-    put = w.putter()
-    assert put == w._deliveries.append  # no sampling, room: the list's own append
     for code in (0x24, 0x25, 0x26, 0x27, PRESETTLED, DROPPED, 0, 99, 4096):
-        put((r1 if code != DROPPED else r2, code, 7, T0, T0 + 0.5))
+        w.put((r1 if code != DROPPED else r2, code, 7, T0, T0 + 0.5))
     w.put((r1, 0x24, "big", T0, T0))  # wrong type: skipped and counted
+    w.put((r2 + 1, 0x24, 1, T0, T0))  # a route id it never gave: skipped and counted
     w.close()
     got = lines(tmp_path)
     assert [r["outcome"] for r in got] == ["accepted", "rejected", "released", "modified", "presettled",
                                            "dropped", "released", "released", "released"]
     assert got[5]["address"] == "svc/y" and got[5]["hops"] == 2 and got[5]["egress"] is None
     assert all(r["address"] == "svc/x" and r["egress"] == "A" for i, r in enumerate(got) if i != 5)
-    assert w.bad == 1 and not w.stopped
-    assert w.putter()(("anything",)) is None  # closed: a no-op
+    assert w.bad == 2 and not w.stopped
 
 
-@pytest.mark.parametrize("sample", [0.5, 1.0])
-def test_putter_respects_sampling_and_bounds(tmp_path, sample):
-    w = TelemetryWriter(TelemetryConfig(tmp_path, sample=sample), "A", flush_interval=3600, max_pending=100)
-    rid = w.route(("svc/x", "A", 0, "client", "client", "A"))
-    put = w.putter()
-    for i in range(60):
-        put((rid, 0x24, i, T0, T0))
-    assert w.pending == 60 * sample
-    put = w.putter()  # past half of max_pending (or sampling): the checking put
-    assert put == w.put
-    for i in range(200):
-        put((rid, 0x24, i, T0, T0))
-    assert w.pending == 100 and w.dropped == 60 * sample + 200 * sample - 100
+# ---- columnar batches (the node's hand-off) -----------------------------------------------------------
+def _batch(rows: list[tuple], settled: list[tuple[int, float]]):
+    """A DeliveryColumns batch from (route id, outcome, size, arrival) rows and (end, time) runs."""
+    from router.telemetry.columns import DeliveryColumns
+
+    b = DeliveryColumns()
+    for rid, outcome, size, arrival in rows:
+        b.add(rid, outcome, size, arrival)
+    for end, t in settled:
+        b.sizes, rest = b.sizes[:end], b.sizes[end:]
+        b.settle(t)
+        b.sizes += rest
+    return b
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_columnar_batches_give_exact_records(tmp_path, fmt):
+    w = TelemetryWriter(TelemetryConfig(tmp_path), "A", fmt=fmt, flush_interval=3600)
+    x = w.route(("svc/x", "A", 0, "client", "client", "A"))
+    y = w.route(("svc/y", "B", 3, "inter-router", "client", "A"))
+    rows = [(x, 0x24, 10, T0), (x, 0x24, 0, T0), (y, 0x26, 2**40 + 5, T0 + 1), (x, 0x24, 30, T0 + 1),
+            (y, 0x27, 40, T0 + 1), (x, 0x25, 50, T0 + 2)]
+    w.deliveries(_batch(rows, [(2, T0 + 0.5), (5, T0 + 1.5), (6, T0 + 3)]))
+    w.deliveries(_batch([(y, 1, 60, T0 + 4)], [(1, T0 + 4)]))
     w.close()
+    got = [(r["address"], r["ingress"], r["hops"], r["in_link"], r["out_link"], r["egress"], r["outcome"],
+            r["size"], r["arrival"], r["settled"]) for r in lines(tmp_path)]
+    assert got == [
+        ("svc/x", "A", 0, "client", "client", "A", "accepted", 10, T0, T0 + 0.5),
+        ("svc/x", "A", 0, "client", "client", "A", "accepted", 0, T0, T0 + 0.5),
+        ("svc/y", "B", 3, "inter-router", "client", "A", "released", 2**40 + 5, T0 + 1, T0 + 1.5),
+        ("svc/x", "A", 0, "client", "client", "A", "accepted", 30, T0 + 1, T0 + 1.5),
+        ("svc/y", "B", 3, "inter-router", "client", "A", "modified", 40, T0 + 1, T0 + 1.5),
+        ("svc/x", "A", 0, "client", "client", "A", "rejected", 50, T0 + 2, T0 + 3),
+        ("svc/y", "B", 3, "inter-router", "client", "A", "presettled", 60, T0 + 4, T0 + 4),
+    ]
+    assert w.bad == 0 and w.pending == 0 and not w.stopped
+
+
+def test_malformed_batches_are_skipped_and_counted(tmp_path):
+    w = TelemetryWriter(TelemetryConfig(tmp_path), "A", flush_interval=3600)
+    x = w.route(("svc/x", "A", 0, "client", "client", "A"))
+    unclosed = _batch([(x, 0x24, 1, T0)] * 3, [(2, T0)])      # the last record has no settlement time
+    broken = _batch([(x, 0x24, 1, T0)] * 2, [(2, T0)])
+    broken.sizes[1] = "two"
+    unknown = _batch([(x + 5, 0x24, 1, T0)], [(1, T0)])       # a route id the writer never gave
+    for b in (unclosed, broken, unknown, _batch([(x, 0x24, 9, T0)], [(1, T0)])):
+        w.deliveries(b)
+    w.close()
+    assert [r["size"] for r in lines(tmp_path)] == [9]
+    assert w.bad == 6 and not w.stopped
+
+
+@pytest.mark.parametrize("sample", [0.25, 0.5, 0.3, 0.0])
+def test_batch_sampling_matches_the_counter(tmp_path, sample):
+    w = TelemetryWriter(TelemetryConfig(tmp_path, sample=sample), "A", flush_interval=3600)
+    x = w.route(("svc/x", "A", 0, "client", "client", "A"))
+    for start in (0, 7, 20):                                 # batches of 7, 13 and 80 records
+        n = {0: 7, 7: 13, 20: 80}[start]
+        w.deliveries(_batch([(x, 0x24, start + i, T0) for i in range(n)], [(n, T0)]))
+    w.close()
+    ref = TelemetryWriter(TelemetryConfig(tmp_path / "ref", sample=sample), "A", flush_interval=3600)
+    rid = ref.route(("svc/x", "A", 0, "client", "client", "A"))
+    for i in range(100):
+        ref.put((rid, 0x24, i, T0, T0))
+    ref.close()
+    assert [r["size"] for r in lines(tmp_path)] == [r["size"] for r in lines(tmp_path / "ref")]
+
+
+def test_batches_bounded_drop_and_count(tmp_path, caplog):
+    w = TelemetryWriter(TelemetryConfig(tmp_path), "A", flush_interval=3600, max_pending=100)
+    x = w.route(("svc/x", "A", 0, "client", "client", "A"))
+    with caplog.at_level(logging.WARNING, logger="router.telemetry"):
+        for _ in range(3):
+            w.deliveries(_batch([(x, 0x24, 1, T0)] * 40, [(40, T0)]))
+        assert w.pending == 80 and w.dropped == 40
+        w.close()
+    assert len(lines(tmp_path)) == 80
+    assert len(telemetry_logs(caplog)) == 1
+
+
+# ---- the node's hooks ---------------------------------------------------------------------------------
+def test_node_hooks_give_exact_records(tmp_path):
+    """NodeTelemetry as the engine drives it: the inlined hot path, the slow-path methods, pumps (tick),
+    hand-off by size and by age, close."""
+    from router.node.telemetry import NodeTelemetry
+
+    w = TelemetryWriter(TelemetryConfig(tmp_path), "A", flush_interval=3600)
+    tel = NodeTelemetry(w, "A", handoff_records=3, handoff_seconds=10)
+
+    class Address:                          # the core's, as far as telemetry uses it
+        def __init__(self, key):
+            self.key = key
+
+    class Consumer:
+        def __init__(self, address):
+            self.address = address
+
+    def forwarded_here(d, n):               # engine._on_delivery, inlined
+        tel.open[d] = n
+
+    def settled_here(d, outcome, sent_at, c):   # engine._on_outcome, inlined (e[0] = d, e[6] = sent_at)
+        v = tel.open.pop(d, None)
+        if v is not None:
+            if outcome != tel.outcome or sent_at is not tel.arrived or c.address is not tel.address:
+                tel.run(outcome, sent_at, c.address)
+            tel.sizes.append(v)
+        elif tel.mesh:
+            tel.settled(d, outcome, sent_at, c)
+
+    q, r = Consumer(Address("q")), Consumer(Address("r"))
+
+    t1, t2, t3, t4 = T0 + 1, T0 + 2, T0 + 3, T0 + 30
+    tel.tick(t1)
+    d1, d2, d3, d4, d5, d6, g = (object() for _ in range(7))
+    forwarded_here(d1, 100)
+    forwarded_here(d2, 0)
+    forwarded_here(d5, 2**41)
+    tel.sent(d3, 7, "q", "B", 2, "inter-router", "client", "")         # from a peer, consumed here
+    tel.sent(d4, 0, "q", None, 0, "client", "inter-router", "C")       # streamed toward C
+    tel.sent_group(g, 9, "m", None, 0, "client", "client", None)
+    tel.presettled_here("q", 5)
+    tel.tick(t2)
+    forwarded_here(d6, 1)
+    settled_here(d2, 0x24, t1, q)
+    settled_here(d1, 0x26, t1, q)
+    settled_here(d5, 0x26, t1, r)
+    tel.grew(d4, 12345)
+    settled_here(object(), 0x24, t1, q)                                # not recorded: nothing happens
+    tel.unroutable("nowhere", 3)
+    tel.presettled("q", 4, False, "B", 1, "inter-router")
+    tel.tick(t3)                                                       # 6 records: handed off
+    settled_here(d3, 0x27, t1, q)                                      # not here: the mesh path
+    tel.group_settled(g, 0x25)
+    settled_here(d6, 0x24, t2, q)
+    tel.tick(t4)                                                       # 10 s later: handed off
+    tel.settled(d4, 0x24, t1, r)                                       # the slow path (a stream)
+    tel.close()
+    got = [(r["address"], r["ingress"], r["hops"], r["in_link"], r["out_link"], r["egress"], r["outcome"],
+            r["size"], r["arrival"], r["settled"]) for r in lines(tmp_path) if r["kind"] == "delivery"]
+    here = ("A", 0, "client", "client", "A")
+    assert got == [
+        ("q", *here, "presettled", 5, t1, t1),
+        ("q", *here, "accepted", 0, t1, t2),
+        ("q", *here, "released", 100, t1, t2),
+        ("r", *here, "released", 2**41, t1, t2),
+        ("nowhere", "A", 0, "client", None, None, "released", 3, t2, t2),
+        ("q", "B", 1, "inter-router", None, None, "dropped", 4, t2, t2),
+        ("q", "B", 2, "inter-router", "client", "A", "modified", 7, t1, t3),
+        ("m", "A", 0, "client", "client", None, "rejected", 9, t1, t3),
+        ("q", *here, "accepted", 1, t2, t3),
+        ("q", "A", 0, "client", "inter-router", "C", "accepted", 12345, t1, t4),
+    ]
+    assert not tel.open and not tel.mesh and w.bad == 0 and not w.stopped
