@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -46,16 +47,20 @@ class ManagementAgent:
         self.answered = 0
         self.server = server
         self.loop = loop
-        self._last_sample = server.core.now
+        self._last_sample = time.time()
+        self._seen: set = set()      # the links of the last sample
         self._sampler = loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def _sample(self) -> None:
         """Add the time since the last sample to the zero-credit time of every link without credit."""
-        now = self.server.core.now
+        now = time.time()
         elapsed, self._last_sample = max(now - self._last_sample, 0.0), now
+        seen, self._seen = self._seen, set()
         for rec in self.server.engine.links.values():
-            if rec.__class__ is not RouterLink and rec.credit <= 0:
-                rec.zero_credit += elapsed
+            if rec.__class__ is not RouterLink:
+                self._seen.add(rec)
+                if rec.credit <= 0 and rec in seen:     # a link new since the last sample: from now on
+                    rec.zero_credit += elapsed
         self._sampler = self.loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def on_request(self, d: Delivery) -> None:

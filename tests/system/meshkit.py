@@ -139,10 +139,17 @@ def node_state(node) -> dict:
     """Ask the node for its state line (SIGUSR1) and return the newest one."""
     before = node.stderr_tail(4000).count(" state {")
     os.kill(node.pid, signal.SIGUSR1)
-    wait_for(lambda: node.stderr_tail(4000).count(" state {") > before,
-             what=f"state line in the log of node {node.node_id}")
-    line = [ln for ln in node.stderr_tail(4000).splitlines() if " state {" in ln][-1]
-    return json.loads(line.split(" state ", 1)[1])
+
+    def newest() -> dict | None:
+        lines = [ln for ln in node.stderr_tail(4000).splitlines() if " state {" in ln]
+        if len(lines) <= before:
+            return None
+        try:                    # a long line may be read while the node is still writing it
+            return json.loads(lines[-1].split(" state ", 1)[1])
+        except json.JSONDecodeError:
+            return None
+
+    return wait_for(newest, what=f"a complete state line in the log of node {node.node_id}")
 
 
 def mesh_view(node) -> dict:
