@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from router.argtypes import positive_seconds
 from router.management.security import add_security_options, security_from_args
 from router.management.tables import GENERAL, VIEWS, View, heading, render
 
@@ -145,16 +146,6 @@ def run(args: argparse.Namespace, output: Output | None = None) -> int:
     return EXIT_FAILURE if failed else EXIT_OK
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
 def add_parser(commands: argparse._SubParsersAction,
                func: Callable[[argparse.Namespace], int] = run) -> argparse.ArgumentParser:
     """Add ``stat`` to the ``meshrouter`` parser."""
@@ -181,7 +172,7 @@ def add_parser(commands: argparse._SubParsersAction,
     p.set_defaults(view=GENERAL.option, func=func)
     p.add_argument("--json", action="store_true", help="print JSON (node id -> entities) instead of tables")
     add_security_options(p)
-    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"give up after S seconds without a connection or response (default "
                         f"{DEFAULT_TIMEOUT:g})")
     return p

@@ -11,19 +11,10 @@ import argparse
 import shlex
 import sys
 
+from router.argtypes import positive_seconds
 from router.meshctl import commands
 from router.meshctl.rundir import DEFAULT_ROOT, RunDir
 from router.meshctl.topology import TopologyError, load_topology
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
 
 
 def add_parser(commands_: argparse._SubParsersAction) -> None:
@@ -44,7 +35,7 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
         p.add_argument("--dir", metavar="DIR",
                        help=f"run directory: node configs, logs, pid files (default {DEFAULT_ROOT}/<name>)")
         if name in ("up", "run"):
-            p.add_argument("--timeout", type=_seconds, default=commands.DEFAULT_TIMEOUT, metavar="S",
+            p.add_argument("--timeout", type=positive_seconds, default=commands.DEFAULT_TIMEOUT, metavar="S",
                            help=f"give up (exit 1) if not converged after S seconds "
                                 f"(default {commands.DEFAULT_TIMEOUT:g})")
         if name == "run":

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from router.argtypes import positive_seconds
 from router.management.security import ClientSecurity, add_security_options, security_from_args
 from router.meshctl.commands import running_nodes
 from router.meshctl.rundir import DEFAULT_ROOT, RunDir
@@ -233,16 +234,6 @@ def command(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | N
     return EXIT_OK
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add ``graph`` to the ``mesh`` subcommands."""
     help_text = "draw the live mesh (nodes, edges with costs, served addresses) to PREFIX.png and .svg"
@@ -254,7 +245,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"run directory of the TOPOLOGY mesh (default {DEFAULT_ROOT}/<name>)")
     p.add_argument("--out", metavar="PREFIX", default=DEFAULT_OUT,
                    help=f"write PREFIX.png and PREFIX.svg (default {DEFAULT_OUT})")
-    p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"per-node connection/response timeout (default {DEFAULT_TIMEOUT:g})")
     add_security_options(p)
     p.set_defaults(func=command)
