@@ -3,20 +3,9 @@
 The node logs its table sizes as one JSON line (`state {...}`) on SIGUSR1; these tests read it.
 """
 
-import json
-import os
-import signal
 
 from tests.integration.helpers import Client, make_message, wait_for
-
-
-def node_state(node) -> dict:
-    """Ask the node for its state line and return the newest one."""
-    before = node.stderr_tail(2000).count(" state {")
-    os.kill(node.pid, signal.SIGUSR1)
-    wait_for(lambda: node.stderr_tail(2000).count(" state {") > before, what="state line in the node log")
-    line = [ln for ln in node.stderr_tail(2000).splitlines() if " state {" in ln][-1]
-    return json.loads(line.split(" state ", 1)[1])
+from tests.system.meshkit import node_state  # other test modules import it from here too
 
 
 def test_state_dump_reports_links_and_in_flight(node):

@@ -242,6 +242,9 @@ def test_call_monitor_heartbeats_cross_the_mesh_and_a_killed_server_fails_the_ca
     proc.kill()
     th.join(10)
     assert not th.is_alive(), "the call hangs"
-    assert isinstance(out.get("exc"), om.MessagingTimeout), out
+    # Either the server had accepted the request before it died (the heartbeats stop: the monitor
+    # times the call out), or it still held it unsettled (the mesh returns MODIFIED(delivery-failed):
+    # the driver's MessageDeliveryFailure). Both end the call early; which one is a race with the kill.
+    assert isinstance(out.get("exc"), om.MessagingTimeout | om.MessageDeliveryFailure), out
     after = out["end"] - killed
     assert after <= 2 + DRIVER_SLACK, f"the call ended {after:.1f} s after the kill"
