@@ -574,6 +574,17 @@ def start_router(a: argparse.Namespace, tmp: Path) -> Router:
     return external_router(a)
 
 
+def router_pids(pid: int) -> list[int]:
+    """The router's process and its children (a node's telemetry writer process): the CPU measured."""
+    children = []
+    for tid in os.listdir(f"/proc/{pid}/task") if Path(f"/proc/{pid}/task").exists() else ():
+        try:
+            children += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return [pid, *children]
+
+
 def measure(a: argparse.Namespace, router: Router, client: Path, tmp: Path) -> dict[str, dict]:
     """Run the workloads against the router and (unless --no-direct) the direct baseline."""
     workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
@@ -581,7 +592,7 @@ def measure(a: argparse.Namespace, router: Router, client: Path, tmp: Path) -> d
     if unknown:
         raise BenchError(f"unknown workloads: {', '.join(unknown)}")
     targets: dict[str, dict] = {}
-    pids = [router.pid] if router.pid else []
+    pids = router_pids(router.pid) if router.pid else []
     cmd = harness_command(a, router.url, router.url, router.kind, ",".join(workloads), a.repeat, pids,
                           tmp / "router.json", [])
     targets[router.kind] = {"command": shlex.join(cmd), "results": run_harness(cmd, client, router.alive)}

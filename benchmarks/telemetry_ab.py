@@ -8,14 +8,17 @@ message on/off), and writes benchmarks/results/<timestamp>-telemetry-ab.json.
 
     benchmarks/telemetry_ab.py --pairs 5 [--sample 1.0] [--bench-args '...']
 
+The node's CPU is its own process; the telemetry writer runs in a child process
+(router/telemetry/process.py), whose CPU is given beside it.
+
 ``--parts`` says where the cost goes instead: it starts the node itself in variants, alternated in
 rounds, and samples the CPU of its main thread and of its other threads from /proc:
 
     off       no telemetry
     thread    no telemetry, one idle Python thread (what being multi-threaded costs: glibc's malloc
-              takes locks once a process has a second thread)
-    nohooks   telemetry configured (pyarrow loaded, writer thread idle), the engine's hooks off
-    nowrite   the hooks run, the writer drops every batch unconverted
+              takes locks once a process has a second thread; the node no longer has one)
+    nohooks   telemetry configured (the writer process started, idle), the engine's hooks off
+    nowrite   the hooks run, batches are dropped instead of going to the writer process
     on        telemetry as configured
 
     benchmarks/telemetry_ab.py --parts --pairs 5 [--bench-args '--count 600000']
@@ -45,7 +48,7 @@ VARIANTS = ("off", "thread", "nohooks", "nowrite", "on")
 PATCHES = {
     "thread": "import threading; threading.Thread(target=threading.Event().wait, daemon=True).start()",
     "nohooks": "import router.node.telemetry as t; t.NodeTelemetry = lambda writer, node_id: None",
-    "nowrite": "import router.telemetry.writer as w; w.TelemetryWriter.deliveries = lambda self, batch: None",
+    "nowrite": "import router.telemetry.process as w; w.WriterProcess.deliveries = lambda self, batch: None",
 }
 
 
@@ -58,8 +61,8 @@ def config(tmp: Path, on: bool, sample: float) -> Path:
     return path
 
 
-def one_run(tmp: Path, on: bool, a: argparse.Namespace) -> tuple[float, float]:
-    """(msg/s, node CPU µs per message) of one node_bench run."""
+def one_run(tmp: Path, on: bool, a: argparse.Namespace) -> tuple[float, float, float]:
+    """(msg/s, node CPU µs per message, writer process CPU µs per message) of one node_bench run."""
     label = f"tel-ab-{'on' if on else 'off'}"
     cmd = [sys.executable, str(BENCH_DIR / "node_bench.py"), "--config", str(config(tmp, on, a.sample)),
            "--workloads", "throughput", "--repeat", "1", "--no-direct", "--label", label]
@@ -72,7 +75,19 @@ def one_run(tmp: Path, on: bool, a: argparse.Namespace) -> tuple[float, float]:
     record = json.loads((BENCH_DIR.parent / line.split(" ", 1)[1].strip()).read_text())
     row = record["summary"][0]
     shutil.rmtree(tmp / "telemetry", ignore_errors=True)
-    return row["rate"], row["cpu_us_per_msg"]
+    node, child = split_cpu(record)
+    return row["rate"], node, child
+
+
+def split_cpu(record: dict) -> tuple[float, float]:
+    """Node process and child process (the telemetry writer) CPU µs per message of a node_bench run."""
+    run = record["targets"]["node"]["results"]["runs"]["throughput"][0]
+    procs = run["router"]["procs"]
+    node_pid = str(record["router"]["pid"])
+    n = run["received"]
+    node = procs[node_pid]["cpu_s"]
+    child = sum(p["cpu_s"] for pid, p in procs.items() if pid != node_pid)
+    return 1e6 * node / n, 1e6 * child / n
 
 
 def thread_cpu(pid: int) -> tuple[float, float]:
@@ -125,10 +140,13 @@ def part_run(tmp: Path, variant: str, a: argparse.Namespace) -> dict:
     if out.returncode != 0 or line is None:
         raise SystemExit(f"node_bench failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     result = BENCH_DIR.parent / line.split(" ", 1)[1].strip()
-    row = json.loads(result.read_text())["summary"][0]
+    record = json.loads(result.read_text())
+    row = record["summary"][0]
+    record["router"]["pid"] = node.pid
+    node_us, child_us = split_cpu(record)
     result.unlink()
     shutil.rmtree(tmp / "telemetry", ignore_errors=True)
-    return {"rate": row["rate"], "cpu_us_per_msg": row["cpu_us_per_msg"],
+    return {"rate": row["rate"], "cpu_us_per_msg": node_us, "child_us_per_msg": child_us,
             "main_s": after[0] - before[0], "other_s": after[1] - before[1]}
 
 
@@ -174,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             on = one_run(tmp, True, a)
             pairs.append({"off": off, "on": on})
             print(f"pair {i + 1}: off {off[0]:,.0f} msg/s {off[1]:.2f} µs/msg | on {on[0]:,.0f} msg/s "
-                  f"{on[1]:.2f} µs/msg | msg/s {on[0] / off[0] - 1:+.1%} cpu {on[1] / off[1] - 1:+.1%}",
-                  flush=True)
-    med = {side: (statistics.median(p[side][0] for p in pairs),
-                  statistics.median(p[side][1] for p in pairs)) for side in ("off", "on")}
+                  f"{on[1]:.2f} µs/msg (+ writer process {on[2]:.2f}) | msg/s {on[0] / off[0] - 1:+.1%} "
+                  f"node cpu {on[1] / off[1] - 1:+.1%}", flush=True)
+    med = {side: tuple(statistics.median(p[side][k] for p in pairs) for k in range(3))
+           for side in ("off", "on")}
     rate_ratios = [p["on"][0] / p["off"][0] for p in pairs]
     cpu_ratios = [p["on"][1] / p["off"][1] for p in pairs]
     summary = {
@@ -188,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "median_pair_cpu_ratio": statistics.median(cpu_ratios),
     }
     print(f"medians: off {med['off'][0]:,.0f} msg/s {med['off'][1]:.2f} µs/msg; on {med['on'][0]:,.0f} msg/s "
-          f"{med['on'][1]:.2f} µs/msg")
+          f"{med['on'][1]:.2f} µs/msg in the node + {med['on'][2]:.2f} µs/msg in the writer process")
     print(f"msg/s on/off: {summary['msgs_ratio_of_medians'] - 1:+.1%} (medians), "
           f"{summary['median_pair_msgs_ratio'] - 1:+.1%} (median of pairs); node CPU per message: "
           f"{summary['cpu_ratio_of_medians'] - 1:+.1%} (medians), "

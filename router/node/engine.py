@@ -138,6 +138,7 @@ from router.node.routerlinks import (
     open_router_links,
     peer_from_open,
 )
+from router.telemetry.schema import DROPPED, PRESETTLED
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ class Stream:
     """A multi-frame inbound delivery being passed on chunk by chunk."""
 
     __slots__ = ("in_dlv", "in_link", "producer", "outs", "group", "presettled", "prefix", "routed",
-                 "final", "size", "payload")
+                 "final", "size", "payload", "tel")
 
     def __init__(self, in_dlv: object, in_link: object, producer: Producer) -> None:
         self.in_dlv = in_dlv
@@ -220,6 +221,8 @@ class Stream:
         self.final: object = None
         self.size = 0                          # bytes read so far
         self.payload = None                    # mesh: consumer -> its version of the prefix
+        # telemetry, once routed: (address, route toward the consumers or None, (ingress, hops, in_link))
+        self.tel: tuple | None = None
 
 
 class Engine:
@@ -686,12 +689,12 @@ class Engine:
             outcome = RELEASED if e[4] >= first_unsent else MODIFIED
             self._fail(e, outcome)
             if self.tel is not None and e[3] is None:
-                self.tel.settled(e[0], outcome, e[6], c)
+                self.tel.settled(e, outcome, c)
             if conn_alive:
                 pn_delivery_settle(od)
         if c.held:
             for item in c.held:
-                self._release_held(item)
+                self._release_held(item, c)
         c.held = None
 
     def _drop_producer(self, p: Producer) -> None:
@@ -810,7 +813,7 @@ class Engine:
         a.ingress += 1
         a.egress += 1
         if c.busy:
-            self._hold(c, ffi.buffer(buf, n)[:], d, rec, presettled)
+            self._hold(c, ffi.buffer(buf, n)[:], d, rec, presettled, None, n)
             return
         out = c.handle                  # _send_whole, inlined: this is the hot path
         self._tagnum[0] += 1
@@ -828,11 +831,10 @@ class Engine:
             pn_delivery_settle(od)
             self._accept_handed_over(d, rec)
             self.core.sent_presettled(rec, (c,))
+            if self.tel is not None:
+                self.tel.local(a.key, n, ACCEPTED)
         else:
-            self.core.sent(rec, c, d, od)
-            tel = self.tel
-            if tel is not None:
-                tel.open[d] = n                         # router/node/telemetry.py: the hot path
+            self.core.sent(rec, c, d, od, None, n)      # n: for telemetry (router/node/telemetry.py)
 
     def _send_whole(self, c: Consumer, data: object, n: int) -> object:
         """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
@@ -952,7 +954,8 @@ class Engine:
         _count_route(a, p, c)
         n = len(out)
         if c.busy:
-            self._hold(c, out, d, p, presettled)
+            self._hold(c, out, d, p, presettled, None,
+                       (key, n, _tel_route(p, c, ann, rd)) if self.tel is not None else None)
             return
         od = self._send_whole(c, out, n)
         if presettled:
@@ -965,6 +968,8 @@ class Engine:
             pn_delivery_settle(od)
             self._accept_handed_over(d, p)
             core.sent_presettled(p, (c,))
+            if self.tel is not None:
+                self.tel.ended(key, n, ACCEPTED, *_tel_route(p, c, ann, rd))
         else:
             core.sent(p, c, d, od, rd)
             if self.tel is not None:
@@ -1053,7 +1058,7 @@ class Engine:
                 stream.final = OutcomeSnapshot(od, outcome)
                 if self.tel is not None:
                     self.tel.grew(e[0], stream.size)
-                    self.tel.settled(e[0], outcome, e[6], c)
+                    self.tel.settled(e, outcome, c)
             else:
                 self._copy_done(g, od, outcome, None)
             self._stop_stream_copy(stream, c, od)   # aborts (and so settles) od: do it last
@@ -1068,13 +1073,13 @@ class Engine:
             self.dirty.add(p.conn)
         tel = self.tel
         if tel is not None and g is None:             # router/node/telemetry.py: the hot path
-            v = tel.open.pop(e[0], None)
-            if v is not None:
+            v = e[7]
+            if v >= 0:
                 if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
                     tel.run(outcome, e[6], c.address)
                 tel.sizes.append(v)
             elif tel.mesh:
-                tel.settled(e[0], outcome, e[6], c)
+                tel.settled(e, outcome, c)
         pn_delivery_settle(od)
         self.dirty.add(c.conn)
 
@@ -1100,24 +1105,29 @@ class Engine:
 
     # ---- consumers busy with a streamed message ---------------------------------------------------------
     def _hold(self, c: Consumer, data: bytes, d: object, p: Producer, presettled: bool,
-              g: McastGroup | None = None) -> None:
-        """Keep a delivery for `c` until the message being streamed to it is complete."""
+              g: McastGroup | None = None, tel: int | tuple | None = None) -> None:
+        """Keep a delivery for `c` until the message being streamed to it is complete. `tel`: what
+        telemetry records of it (not of a multicast copy, whose group it records): its size if it goes
+        from a client to a client here, else (address, size, route)."""
         if c.held is None:
             c.held = []
         if g is not None:
             g.pending += 1
-        c.held.append((data, d, p, presettled, g))
+        c.held.append((data, d, p, presettled, g, tel))
 
     def _flush_held(self, c: Consumer) -> None:
         """Send what waited for the stream that just finished on `c`."""
         held, c.held = c.held, None
         if not held:
             return
-        for data, d, p, presettled, g in held:
+        tel = self.tel
+        for data, d, p, presettled, g, t in held:
             od = self._send_whole(c, data, len(data))
             if presettled:
                 pn_delivery_settle(od)
                 self.core.sent_presettled(p, (c,))
+                if tel is not None and t is not None:
+                    self._tel_held(t, c, PRESETTLED)
             elif c.presettle:
                 pn_delivery_settle(od)
                 self.core.sent_presettled(p, (c,))
@@ -1125,17 +1135,36 @@ class Engine:
                     self._copy_done(g, None, ACCEPTED, NodeOutcome(ACCEPTED))
                 elif p.alive:
                     self._accept_handed_over(d, p)
+                    if tel is not None and t is not None:
+                        self._tel_held(t, c, ACCEPTED)
             elif g is not None:
                 g.pending -= 1                      # sent_copy counts it again
                 self.core.sent_copy(g, c, od)
             elif p.alive:
-                self.core.sent(p, c, d, od)
+                if type(t) is int:                  # client to client here: the size rides in the entry
+                    self.core.sent(p, c, d, od, None, t)
+                else:
+                    self.core.sent(p, c, d, od)
+                    if tel is not None and t is not None:
+                        tel.sent(d, t[1], t[0], *t[2])
             else:
                 pn_delivery_settle(od)
         self.dirty.add(c.conn)
 
-    def _release_held(self, item: tuple) -> None:
-        _data, d, p, presettled, g = item
+    def _tel_held(self, t: int | tuple, c: Consumer, outcome: int) -> None:
+        """Telemetry of a held delivery that went out settled (pre-settled, or handed over ACCEPTED)."""
+        if type(t) is int:
+            self.tel.local(c.address.key, t, outcome)
+        else:
+            self.tel.ended(t[0], t[1], outcome, *t[2])
+
+    def _release_held(self, item: tuple, c: Consumer) -> None:
+        _data, d, p, presettled, g, t = item
+        if self.tel is not None and t is not None and (presettled or p.alive):
+            # it never went out: dropped (pre-settled) or released back to its producer
+            address, size, src = (c.address.key, t, (None, 0, CLIENT_LINK)) if type(t) is int else \
+                (t[0], t[1], t[2][:3])
+            self.tel.ended(address, size, DROPPED if presettled else RELEASED, *src, None, None)
         if presettled:
             return
         if g is not None:
@@ -1180,9 +1209,16 @@ class Engine:
             consumers = [c] if c is not None and not c.busy else []
         if consumers:
             _count_copies(a, s.producer, consumers)
+        tel = self.tel
+        if tel is not None:
+            route = _tel_route(s.producer, consumers[0], ann, rd, consumers if a.multicast else None) \
+                if consumers else None
+            s.tel = (a.key, route, _tel_source(s.producer, ann))
         if not s.presettled and consumers:
             if a.multicast:
                 s.group = core.new_group(s.in_dlv, s.producer)
+                if tel is not None:
+                    tel.sent_group(s.group, 0, a.key, *route)     # its size: when the stream ends
         for c in consumers:
             self._tagnum[0] += 1
             od = pn_delivery(c.handle, self._tag)
@@ -1290,7 +1326,7 @@ class Engine:
             if a is not None and not (a.consumers or a.remote):
                 a = None
         if a is None:
-            self._sink_stream(s, RELEASED)
+            self._sink_stream(s, RELEASED, key, ann)
             return False
         if a.remote or layout is not None:
             s.payload = self._payloads(key, prefix, layout, ann, info)
@@ -1319,6 +1355,9 @@ class Engine:
         if s.final.__class__ is _RejectOversize:
             return
         outs, s.outs = s.outs, []
+        tel = self.tel
+        if tel is not None:
+            tel.grew(s.group if s.group is not None else s.in_dlv, s.size)
         for c, od in outs:
             self.stream_outs.pop(od, None)
             c.busy = False
@@ -1326,6 +1365,8 @@ class Engine:
             e = self.core.settle(od)
             if e is not None and e[3] is not None:
                 self._copy_done(e[3], None, MODIFIED, NodeOutcome(MODIFIED))
+            elif e is not None and tel is not None:
+                tel.settled(e, REJECTED, c)
             self._flush_held(c)
             self.dirty.add(c.conn)
         s.routed = True
@@ -1334,8 +1375,13 @@ class Engine:
         s.final = _RejectOversize(s.producer.conn.max_message_size)
         self.core.credit_back(s.producer)
 
-    def _sink_stream(self, s: Stream, outcome: int) -> None:
-        """Give up on a streamed message: read and discard the rest, then answer with `outcome`."""
+    def _sink_stream(self, s: Stream, outcome: int, key: str | None = None,
+                     ann: RouterAnnotations | None = None) -> None:
+        """Give up on a streamed message: read and discard the rest, then answer with `outcome`.
+        `key`, `ann`: its address and router annotations, where known (for telemetry)."""
+        if self.tel is not None and s.tel is None:
+            p = s.producer
+            s.tel = (key or (p.address.key if p.address else None), None, _tel_source(p, ann))
         s.routed = True
         s.prefix = None
         s.outs = []
@@ -1364,6 +1410,8 @@ class Engine:
                 elif c.presettle:
                     self._hand_over_stream_copy(s, od)
             self.dirty.add(c.conn)
+        if self.tel is not None:
+            self._tel_stream_end(s, aborted)
         if aborted:
             if s.group is not None:
                 core.group_done(s.group)
@@ -1396,6 +1444,29 @@ class Engine:
             self._copy_done(e[3], None, ACCEPTED, NodeOutcome(ACCEPTED))
         else:
             s.final = NodeOutcome(ACCEPTED)
+            if self.tel is not None:
+                self.tel.settled(e, ACCEPTED, e[2])
+
+    def _tel_stream_end(self, s: Stream, aborted: bool) -> None:
+        """Telemetry of a streamed message whose last frame arrived (what the settlement of an unsettled
+        unicast copy records is `sent` at routing, with its size from `grew`)."""
+        tel = self.tel
+        if aborted:                                 # no delivery to record
+            tel.forget(s.group if s.group is not None else s.in_dlv)
+            return
+        if s.tel is None:
+            return
+        address, route, src = s.tel
+        if s.presettled:
+            if route is not None and s.outs:
+                tel.presettled(address, s.size, True, *route)
+            else:
+                tel.presettled(address, s.size, False, *src)
+        elif s.group is not None:
+            tel.grew(s.group, s.size)
+        elif not s.outs and (s.final is None or route is None):     # it went nowhere
+            outcome = RELEASED if s.final is None else s.final.outcome
+            tel.ended(address, s.size, outcome, *src, None, None)
 
     def _stop_stream_copy(self, s: Stream, c: Consumer, od: object) -> None:
         """The consumer decided on a streamed delivery before it was complete: stop sending it there.
@@ -1454,17 +1525,21 @@ def _count_copies(a: Address, p: Producer, consumers: list[Consumer]) -> None:
         a.transit += 1
 
 
+def _tel_source(p: Producer, ann: RouterAnnotations | None) -> tuple[str | None, int, str]:
+    """Telemetry's (ingress, hops, in_link) for a delivery from `p` with router annotations `ann`."""
+    ingress = ann.ingress.partition("/")[2] if ann is not None and ann.ingress else None
+    return ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else CLIENT_LINK
+
+
 def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: RemoteDest | None = None,
                copies: list[Consumer] | None = None) -> tuple[str | None, int, str, str, str | None]:
     """Telemetry's (ingress, hops, in_link, out_link, egress) for a delivery from `p` to `c` (toward
     remote destination `rd`; multicast: `copies`). egress "" is this node; None: unknown or several."""
-    ingress = ann.ingress.partition("/")[2] if ann is not None and ann.ingress else None
     if copies is not None:
         egress = None if any(x.peer is not None for x in copies) else ""
     else:
         egress = rd.node if rd is not None else None if c.peer is not None else ""
-    return (ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else CLIENT_LINK,
-            ROUTER_LINK if c.peer is not None else CLIENT_LINK, egress)
+    return (*_tel_source(p, ann), ROUTER_LINK if c.peer is not None else CLIENT_LINK, egress)
 
 
 def _terminus_address(terminus: object) -> str | None:

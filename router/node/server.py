@@ -65,9 +65,11 @@ class NodeServer:
         self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
         if config.telemetry is not None:
             from router.node.telemetry import NodeTelemetry
-            from router.telemetry import TelemetryWriter
+            from router.telemetry.process import WriterProcess
 
-            self.engine.tel = NodeTelemetry(TelemetryWriter(config.telemetry, config.node_id), config.node_id)
+            writer = WriterProcess(config.telemetry, config.node_id, log_level=config.log_level,
+                                   log_levels=config.log_levels)
+            self.engine.tel = NodeTelemetry(writer, config.node_id)
         self._mesh_handle: asyncio.TimerHandle | None = None
         self.listeners: list[tuple[socket.socket, str]] = []
         self.bound: list[Listener] = []      # the same listeners with their policies and counts

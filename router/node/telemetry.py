@@ -1,30 +1,30 @@
-"""The node's telemetry hooks: turn engine happenings into TelemetryWriter records.
+"""The node's telemetry hooks: turn engine happenings into telemetry records for the writer process.
 
 The engine calls these only when telemetry is configured (`engine.tel is not None`), so a node without
 telemetry pays one attribute test per message. With telemetry, an unsettled delivery from a client to a
-client of this node (the hot path, which the engine inlines) costs one dict entry while it is in flight
-(its size, keyed by the inbound delivery: the object the core's in-flight entry holds, so the lookup at
-settlement matches by identity) and, when it settles, one list append to the current `DeliveryColumns`
-batch. Everything else is kept as runs: the route (that of the consumer's address), the outcome, the
-arrival time (the core's in-flight stamp `sent_at`: the time of the batch of events the delivery came
-in) and the settlement time (the time of the batch of events it settled in). The strings of a route
-(address, ingress, hops, link kinds, egress) are interned once per route as a route id. The inlined
+client of this node (the hot path, which the engine inlines) costs nothing while it is in flight (its
+size rides in the core's in-flight entry, which exists anyway) and, when it settles, one list append to
+the current `DeliveryColumns` batch. Everything else is kept as runs: the route (that of the consumer's
+address), the outcome, the arrival time (the core's in-flight stamp `sent_at`: the time of the batch of
+events the delivery came in) and the settlement time (the time of the batch of events it settled
+in). The strings of a route (address, ingress, hops, link kinds, egress) are interned once per route
+as a route id. The inlined
 code is written so that CPython 3.11 specializes every step (plain dicts and lists, no bound methods in
 attributes):
 
-    tel.open[d] = n                                     # forwarded (`d`: the inbound delivery)
-    v = tel.open.pop(e[0], None)                        # settled (`e`: the core's in-flight entry)
-    if v is not None:
+    core.sent(p, c, d, od, None, n)                     # forwarded: the size goes in the in-flight entry
+    v = e[7]                                            # settled (`e`: the core's in-flight entry)
+    if v >= 0:
         if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
             tel.run(outcome, e[6], c.address)
         tel.sizes.append(v)
     elif tel.mesh:
-        tel.settled(e[0], outcome, e[6], c)
+        tel.settled(e, outcome, c)
 
 Other deliveries (from or to peers, streamed, multicast, pre-settled, unroutable) go through the
 methods below. Once per pump (`tick`) the batch closes its settlement-time run; about twice a second (or
-every HANDOFF_RECORDS records) it goes to the writer whole, which converts and writes it off the hot
-path (router.telemetry).
+every HANDOFF_RECORDS records) it goes whole to the writer process (router.telemetry.process), which
+converts and writes it in another process: the node itself stays single-threaded.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ import time
 
 from cproton_ffi import ffi
 
-from router.telemetry import DROPPED, PRESETTLED, TelemetryWriter
+from router.telemetry import DROPPED, PRESETTLED
 from router.telemetry.columns import DeliveryColumns
+from router.telemetry.process import WriterProcess
 
 
 def link_id(link: object) -> str:
@@ -60,11 +61,10 @@ class NodeTelemetry:
     on a client (or broker) link, the destination node for anycast toward a peer, None otherwise.
     """
 
-    def __init__(self, writer: TelemetryWriter, node_id: str, handoff_records: int = HANDOFF_RECORDS,
+    def __init__(self, writer: WriterProcess, node_id: str, handoff_records: int = HANDOFF_RECORDS,
                  handoff_seconds: float = HANDOFF_SECONDS) -> None:
         self.writer = writer
         self.node_id = node_id
-        self.open: dict[object, int] = {}       # in delivery -> size, client to client here, until settled
         self.mesh: dict[object, tuple[int, int]] = {}   # in delivery -> (route id, size), other ways
         self._groups: dict[object, tuple[int, int, float]] = {}  # multicast group -> (rid, size, arrival)
         self._routes: dict[tuple, int] = {}     # (address, ingress, hops, in, out, egress) -> route id
@@ -97,9 +97,12 @@ class NodeTelemetry:
             b.ends.append(n)
             b.times.append(self.now)
             self._marked = n
-        if n and (n >= self._handoff_records or now >= self._due):
-            self.writer.deliveries(b)
-            self._new_batch()
+        if now >= self._due or n >= self._handoff_records:
+            if n:
+                self.writer.deliveries(b)
+                self._new_batch()
+            else:
+                self.writer.send()              # events and routes
             self._due = now + self._handoff_seconds
         self.now = now
 
@@ -151,26 +154,34 @@ class NodeTelemetry:
         self.mesh[key] = (self._route(address, *route), size)
 
     def grew(self, key: object, size: int) -> None:
-        """A streamed delivery's final size is known."""
+        """A streamed delivery's size (so far) is known; `key`: as for `sent`, or a multicast group."""
         e = self.mesh.get(key)
         if e is not None:
             self.mesh[key] = (e[0], size)
-        elif key in self.open:
-            self.open[key] = size
+            return
+        g = self._groups.get(key)
+        if g is not None:
+            self._groups[key] = (g[0], size, g[2])
 
-    def settled(self, key: object, outcome: int, arrival: float, consumer: object) -> None:
-        """The delivery forwarded as `key` at `arrival` (its in-flight stamp) to `consumer` (a core
-        Consumer) was settled upstream with `outcome`."""
-        size = self.open.pop(key, None)
-        if size is not None:
+    def forget(self, key: object) -> None:
+        """The delivery `sent` (or `sent_group`) kept under `key` was aborted: nothing to record."""
+        self.mesh.pop(key, None)
+        self._groups.pop(key, None)
+
+    def settled(self, entry: tuple, outcome: int, consumer: object) -> None:
+        """The delivery of the core's in-flight `entry` (forwarded to `consumer`, a core Consumer) was
+        settled upstream with `outcome`. A size in the entry (`entry[7] >= 0`) means client to client
+        here; otherwise the route and size are those `sent` kept."""
+        size = entry[7]
+        if size >= 0:
             rid = self._local.get(consumer.address.key)
             if rid is None:
                 rid = self._local_route(consumer.address.key)
-            self._record(rid, size, outcome, arrival)
+            self._record(rid, size, outcome, entry[6])
             return
-        e = self.mesh.pop(key, None)
+        e = self.mesh.pop(entry[0], None)
         if e is not None:
-            self._record(e[0], e[1], outcome, arrival)
+            self._record(e[0], e[1], outcome, entry[6])
 
     def sent_group(self, group: object, size: int, address: str | None, *route) -> None:
         """An unsettled multicast delivery went out as copies of `group`."""
@@ -188,6 +199,18 @@ class NodeTelemetry:
         if rid is None:
             rid = self._local_route(address)
         self._record(rid, size, PRESETTLED, self.now)
+
+    def local(self, address: str | None, size: int, outcome: int) -> None:
+        """A delivery from a client went to a client of this node and ends now with `outcome`
+        (PRESETTLED, or ACCEPTED when it was handed over to an at-most-once consumer)."""
+        rid = self._local.get(address)
+        if rid is None:
+            rid = self._local_route(address)
+        self._record(rid, size, outcome, self.now)
+
+    def ended(self, address: str | None, size: int, outcome: int, *route) -> None:
+        """A delivery ends now with `outcome` (any code); `route` as `_route` takes it."""
+        self._record(self._route(address, *route), size, outcome, self.now)
 
     def presettled(self, address: str | None, size: int, delivered: bool, ingress: str | None = None,
                    hops: int = 0, in_link: str = CLIENT, out_link: str = CLIENT,

@@ -1,9 +1,10 @@
 """Node telemetry: one record per settled delivery and per link/connection event, in Parquet files.
 
-The node's hot path fills columnar batches of numbers (``columns.DeliveryColumns``) and hands them to a
-:class:`TelemetryWriter` whole; conversion and file I/O happen off the hot path (a background thread,
-Arrow's C++ code). Records land in
-``<dir>/<node>-<start>-<seq>.parquet`` (or ``.jsonl`` with ``fmt="jsonl"``), one row per record.
+The node's hot path fills columnar batches of numbers (``columns.DeliveryColumns``) and hands them whole
+to a child process (``process.WriterProcess`` -> ``child``) that runs a :class:`TelemetryWriter`:
+conversion and file I/O happen outside the node's process (a background thread there, Arrow's C++
+code). Records land in ``<dir>/<node>-<start>-<seq>.parquet`` (or ``.jsonl`` with ``fmt="jsonl"``),
+one row per record.
 
 Delivery record (one per delivery settled at this node), as JSON::
 

@@ -35,3 +35,12 @@ FILE_COLUMNS = ("kind", "node", "address", "ingress", "hops", "in_link", "out_li
 LINK_KINDS = ("client", "inter-router", "broker")
 OUTCOMES = ("accepted", "rejected", "released", "modified", "presettled", "dropped")
 EVENTS = ("link_up", "link_down", "conn_up", "conn_down", "credit_starved_start", "credit_starved_end")
+
+
+def check_route(route: Route) -> None:
+    """TypeError unless ``route`` has the types of schema.ROUTE_FIELDS."""
+    if len(route) != 6 or type(route[2]) is not int:
+        raise TypeError("a route is (address, ingress, hops, in_link, out_link, egress) with int hops")
+    for i in (0, 1, 3, 4, 5):
+        if route[i] is not None and not isinstance(route[i], str):
+            raise TypeError(f"route field {i} must be str or None, not {type(route[i]).__name__}")

@@ -1,4 +1,7 @@
-"""TelemetryWriter: O(1) appends on the node's hot path, conversion and I/O in a background thread.
+"""TelemetryWriter: O(1) appends, conversion and I/O in a background thread.
+
+A node runs it in its writer process (router.telemetry.child, fed by router.telemetry.process); it
+works in any process.
 
 The hot path appends to lists; no formatting, no I/O, no lock. Deliveries come as numbers only, the
 route as an id indexing ``routes``, the list of distinct ``(address, ingress, hops, in_link, out_link,
@@ -47,7 +50,14 @@ from router.telemetry.parquet import (
     file_prefix,
     warm_up,
 )
-from router.telemetry.schema import OUTCOME_CODES, CompactRecord, DeliveryRecord, EventRecord, Route
+from router.telemetry.schema import (
+    OUTCOME_CODES,
+    CompactRecord,
+    DeliveryRecord,
+    EventRecord,
+    Route,
+    check_route,
+)
 
 log = logging.getLogger("router.telemetry")
 
@@ -124,7 +134,7 @@ class TelemetryWriter:
         field has the wrong type."""
         rid = self._route_ids.get(route)
         if rid is None:
-            _check_route(route)
+            check_route(route)
             rid = self._route_ids[route] = len(self.routes)
             self.routes.append(route)
         return rid
@@ -354,15 +364,6 @@ class TelemetryWriter:
             pass
         with self._cond:
             self._cond.notify_all()
-
-
-def _check_route(route: Route) -> None:
-    """TypeError unless ``route`` has the types of schema.ROUTE_FIELDS."""
-    if len(route) != 6 or type(route[2]) is not int:
-        raise TypeError("a route is (address, ingress, hops, in_link, out_link, egress) with int hops")
-    for i in (0, 1, 3, 4, 5):
-        if route[i] is not None and not isinstance(route[i], str):
-            raise TypeError(f"route field {i} must be str or None, not {type(route[i]).__name__}")
 
 
 def _complete(arr: pa.StructArray, required) -> pa.Array:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import Client, make_message, wait_for
+from tests.integration.helpers import Client, make_message, random_bytes, wait_for
 from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view
 from tests.integration.test_node_telemetry import records
 
@@ -89,3 +89,57 @@ def test_analyze_four_node_mesh_records(node_factory, tmp_path):
     assert summary["corrupt_lines"] == 0 and summary["invalid_records"] == 0
     html = (out / "report.html").read_text()
     assert "svc/tel" in html and "multicast/tel" in html and "<img" in html
+
+
+def test_streamed_and_held_deliveries_across_two_nodes(node_factory, tmp_path):
+    """Multi-frame messages crossing A -> B (unicast settled or not, multicast), and small ones that
+    wait at A while a stream goes out on the inter-router link: one record per delivery on each node."""
+    tdir = tmp_path / "telemetry"
+    nodes = {}
+    for name in "AB":
+        extra = {"listeners": [{"host": "127.0.0.1", "port": 0, "role": "normal"},
+                               {"host": "127.0.0.1", "port": 0, "role": "inter-router"}],
+                 "connectors": [{"host": "127.0.0.1", "port": inter_router_port(nodes["A"])}] if name == "B"
+                 else [],
+                 "router": {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0},
+                 "telemetry": {"dir": str(tdir)}}
+        nodes[name] = node_factory(name, rules=RULES, extra=extra)
+    a, b = nodes["A"], nodes["B"]
+    wait_for(lambda: converged(nodes.values()), what="two-node convergence")
+    mb = 1024 * 1024
+    svc = Client(b.url).receiver("svc/big", credit=50)
+    news_a = Client(a.url).receiver("multicast/big", credit=10)
+    news_b = Client(b.url).receiver("multicast/big", credit=10)
+    wait_for(lambda: mesh_view(a)["addresses"].get("svc/big") == ["B"], what="svc/big known at A")
+    wait_for(lambda: mesh_view(a)["addresses"].get("multicast/big") == ["B"], what="multicast/big at A")
+    prod = Client(a.url)
+    s = prod.sender("svc/big")
+    s.wait_credit()
+    trackers = [s.send(make_message(random_bytes(2 * mb)))]
+    trackers += [s.send(make_message(f"small {i}")) for i in range(10)]
+    s.send(make_message(random_bytes(2 * mb)), settled=True)
+    m = prod.sender("multicast/big")
+    m.wait_credit()
+    trackers.append(m.send(make_message(random_bytes(mb))))
+    assert [t.wait(30).outcome for t in trackers] == ["ACCEPTED"] * 12
+    svc.wait_messages(12, 30)
+    news_a.wait_messages(1, 30)
+    news_b.wait_messages(1, 30)
+    for node in nodes.values():
+        node.proc.terminate()
+    for node in nodes.values():
+        node.proc.wait(10)
+        node.stopped = True
+    got = sorted((r["node"], r["address"], r["outcome"], r["size"] >= mb, r["in_link"], r["out_link"])
+                 for r in records(tdir) if r["kind"] == "delivery")
+    out_a, in_b = ("A", "svc/big"), ("B", "svc/big")
+    assert got == sorted(
+        [(*out_a, "accepted", True, "client", "inter-router")]
+        + [(*out_a, "accepted", False, "client", "inter-router")] * 10
+        + [(*out_a, "presettled", True, "client", "inter-router")]
+        + [(*in_b, "accepted", True, "inter-router", "client")]
+        + [(*in_b, "accepted", False, "inter-router", "client")] * 10
+        # A settles a streamed delivery with its last frame, so B forwarded the pre-settled one unsettled
+        + [(*in_b, "accepted", True, "inter-router", "client")]
+        + [("A", "multicast/big", "accepted", True, "client", "client")]       # first copy: A's client
+        + [("B", "multicast/big", "accepted", True, "inter-router", "client")]), "\n".join(map(str, got))

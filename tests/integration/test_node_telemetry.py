@@ -2,13 +2,17 @@
 `meshrouter analyze` turns the real records into a report."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import Client, make_message
+from tests.integration.helpers import Client, make_message, random_bytes
+from tests.system.meshkit import wait_until
 
 
 def records(directory: Path) -> list[dict]:
@@ -86,3 +90,128 @@ def test_analyze_real_node_records(node_factory, tmp_path):
     assert summary["deliveries"] == sum(r["kind"] == "delivery" for r in recs) == 8
     assert summary["events"] == sum(r["kind"] == "event" for r in recs) > 0
     assert summary["nodes"] == 1 and summary["corrupt_lines"] == 0 and summary["invalid_records"] == 0
+
+
+# ---- the writer process --------------------------------------------------------------------------------
+def writer_pid(node) -> int:
+    """The node's telemetry writer process (its only child)."""
+    children = Path(f"/proc/{node.pid}/task/{node.pid}/children").read_text().split()
+    assert len(children) == 1, children
+    pid = int(children[0])
+    assert "router.telemetry.child" in Path(f"/proc/{pid}/cmdline").read_text()
+    return pid
+
+
+def gone(pid: int) -> bool:
+    """True once `pid` has exited (a zombie nobody reaped counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def telemetry_errors(node) -> list[str]:
+    text = node.stderr_path.read_text(errors="replace")
+    return [ln for ln in text.splitlines() if "telemetry stopped" in ln]
+
+
+def test_the_writer_is_a_child_process_and_the_node_stays_single_threaded(node_factory, tmp_path):
+    node = node_factory(extra={"telemetry": {"dir": str(tmp_path / "telemetry")}})
+    child = writer_pid(node)
+    assert os.listdir(f"/proc/{node.pid}/task") == [str(node.pid)]    # no writer thread in the node
+    run_traffic(node)
+    node.proc.terminate()
+    assert node.proc.wait(20) == 0
+    node.stopped = True
+    assert gone(child)                                                 # the node waited for it
+    assert len([r for r in records(tmp_path / "telemetry") if r["kind"] == "delivery"]) == 8
+
+
+def test_unwritable_dir_stops_telemetry_with_one_line_and_routing_goes_on(node_factory, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    node = node_factory(extra={"telemetry": {"dir": str(blocker / "telemetry")}})
+    child = writer_pid(node)
+    wait_until(lambda: gone(child), 20, "the writer process exits on its error")
+    for _ in range(3):
+        run_traffic(node)                                              # asserts every outcome
+        time.sleep(0.6)                                                # a hand-off to the dead writer
+    lines = telemetry_errors(node)
+    assert len(lines) == 1 and "a-file" in lines[0], lines
+
+
+def test_writer_process_killed_routing_goes_on_with_one_line(node_factory, tmp_path):
+    node = node_factory(extra={"telemetry": {"dir": str(tmp_path / "telemetry")}})
+    child = writer_pid(node)
+    os.kill(child, signal.SIGKILL)
+    for _ in range(3):
+        run_traffic(node)
+        time.sleep(0.6)
+    wait_until(lambda: len(telemetry_errors(node)) >= 1, 10, "the node notices the writer is gone")
+    run_traffic(node)
+    time.sleep(0.6)
+    lines = telemetry_errors(node)
+    assert len(lines) == 1 and "writer process" in lines[0], lines
+
+
+def test_node_killed_the_writer_keeps_what_it_was_given(node_factory, tmp_path):
+    tdir = tmp_path / "telemetry"
+    node = node_factory(extra={"telemetry": {"dir": str(tdir)}})
+    child = writer_pid(node)
+    run_traffic(node)
+    time.sleep(1.5)                                                    # hand-offs happen every 0.5 s
+    node.proc.kill()
+    node.proc.wait(10)
+    node.stopped = True
+    wait_until(lambda: gone(child), 20, "the writer process ends when the node's pipe closes")
+    assert len([r for r in records(tdir) if r["kind"] == "delivery"]) == 8
+
+
+def test_streamed_held_and_handed_over_deliveries_get_one_record_each(node_factory, tmp_path):
+    """Multi-frame (streamed) messages, unicast and multicast, settled or not; small messages that
+    wait while a stream goes to their consumer; deliveries handed over to an at-most-once consumer;
+    a streamed message nobody can take."""
+    from tests.integration.test_node_settle_modes import at_most_once_receiver
+
+    tdir = tmp_path / "telemetry"
+    node = node_factory(extra={"telemetry": {"dir": str(tdir)}})
+    mb = 1024 * 1024
+    cons, p1, p2 = Client(node.url), Client(node.url), Client(node.url)
+    r = cons.receiver("balanced/streams", credit=100)
+    m1, m2 = cons.receiver("multicast/streams", credit=10), cons.receiver("multicast/streams", credit=10)
+    amo = at_most_once_receiver(cons, "balanced/amo", credit=10)
+    s1, s2 = p1.sender("balanced/streams"), p2.sender("balanced/streams")
+    s1.wait_credit()
+    s2.wait_credit()
+    trackers = [s1.send(make_message(random_bytes(2 * mb)))]
+    trackers += [s2.send(make_message(f"small {i}")) for i in range(10)]      # some wait for the stream
+    s1.send(make_message(random_bytes(2 * mb)), settled=True)
+    mc = p1.sender("multicast/streams")
+    mc.wait_credit()
+    trackers.append(mc.send(make_message(random_bytes(mb))))
+    sa = p2.sender("balanced/amo")
+    sa.wait_credit()
+    trackers += [sa.send(make_message(f"amo {i}")) for i in range(3)]
+    trackers.append(sa.send(make_message(random_bytes(mb))))
+    lost = p2.sender(None).send(make_message(random_bytes(mb), address="balanced/nobody"))
+    assert [t.wait(30).outcome for t in trackers] == ["ACCEPTED"] * 16
+    assert lost.wait(30).outcome == "RELEASED"
+    r.wait_messages(12, 30)
+    m1.wait_messages(1, 30)
+    m2.wait_messages(1, 30)
+    amo.wait_messages(4, 30)
+    for c in (cons, p1, p2):
+        c.close()
+    node.proc.terminate()
+    assert node.proc.wait(20) == 0
+    node.stopped = True
+    got = sorted((d["address"], d["outcome"], d["size"] >= mb, d["out_link"])
+                 for d in records(tdir) if d["kind"] == "delivery")
+    assert got == sorted(
+        [("balanced/streams", "accepted", True, "client")]
+        + [("balanced/streams", "accepted", False, "client")] * 10
+        + [("balanced/streams", "presettled", True, "client")]
+        + [("multicast/streams", "accepted", True, "client")]
+        + [("balanced/amo", "accepted", False, "client")] * 3
+        + [("balanced/amo", "accepted", True, "client")]
+        + [("balanced/nobody", "released", True, None)]), "\n".join(map(str, got))

@@ -413,9 +413,11 @@ def test_node_hooks_give_exact_records(tmp_path):
     """NodeTelemetry as the engine drives it: the inlined hot path, the slow-path methods, pumps (tick),
     hand-off by size and by age, close."""
     from router.node.telemetry import NodeTelemetry
+    from router.telemetry.process import WriterProcess
 
-    w = TelemetryWriter(TelemetryConfig(tmp_path), "A", flush_interval=3600)
+    w = WriterProcess(TelemetryConfig(tmp_path), "A")      # the real child process
     tel = NodeTelemetry(w, "A", handoff_records=3, handoff_seconds=10)
+    sizes = {}                              # what the core's in-flight entries would hold
 
     class Address:                          # the core's, as far as telemetry uses it
         def __init__(self, key):
@@ -425,17 +427,21 @@ def test_node_hooks_give_exact_records(tmp_path):
         def __init__(self, address):
             self.address = address
 
-    def forwarded_here(d, n):               # engine._on_delivery, inlined
-        tel.open[d] = n
+    def forwarded_here(d, n):               # engine._on_delivery: core.sent(..., size=n)
+        sizes[d] = n
 
-    def settled_here(d, outcome, sent_at, c):   # engine._on_outcome, inlined (e[0] = d, e[6] = sent_at)
-        v = tel.open.pop(d, None)
-        if v is not None:
-            if outcome != tel.outcome or sent_at is not tel.arrived or c.address is not tel.address:
-                tel.run(outcome, sent_at, c.address)
+    def entry(d, sent_at, c):               # the core's in-flight entry at settlement
+        return (d, None, c, None, 0, None, sent_at, sizes.pop(d, -1))
+
+    def settled_here(d, outcome, sent_at, c):   # engine._on_outcome, inlined
+        e = entry(d, sent_at, c)
+        v = e[7]
+        if v >= 0:
+            if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
+                tel.run(outcome, e[6], c.address)
             tel.sizes.append(v)
         elif tel.mesh:
-            tel.settled(d, outcome, sent_at, c)
+            tel.settled(e, outcome, c)
 
     q, r = Consumer(Address("q")), Consumer(Address("r"))
 
@@ -463,7 +469,7 @@ def test_node_hooks_give_exact_records(tmp_path):
     tel.group_settled(g, 0x25)
     settled_here(d6, 0x24, t2, q)
     tel.tick(t4)                                                       # 10 s later: handed off
-    tel.settled(d4, 0x24, t1, r)                                       # the slow path (a stream)
+    tel.settled(entry(d4, t1, r), 0x24, r)                             # the slow path (a stream)
     tel.close()
     got = [(r["address"], r["ingress"], r["hops"], r["in_link"], r["out_link"], r["egress"], r["outcome"],
             r["size"], r["arrival"], r["settled"]) for r in lines(tmp_path) if r["kind"] == "delivery"]
@@ -480,4 +486,4 @@ def test_node_hooks_give_exact_records(tmp_path):
         ("q", *here, "accepted", 1, t2, t3),
         ("q", "A", 0, "client", "inter-router", "C", "accepted", 12345, t1, t4),
     ]
-    assert not tel.open and not tel.mesh and w.bad == 0 and not w.stopped
+    assert not sizes and not tel.mesh and not w.stopped

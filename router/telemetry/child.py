@@ -1,0 +1,61 @@
+"""The telemetry writer process: reads a node's records from stdin and runs a TelemetryWriter.
+
+Started by :class:`router.telemetry.process.WriterProcess` as ``python -m router.telemetry.child SPEC``
+(SPEC: JSON with the ``telemetry:`` config, the node id and its log levels). Stdin carries framed
+pickles (``process.FRAME``): routes, batches of delivery records, events. It ignores SIGINT and SIGTERM
+(a Ctrl-C meant for the node must not cut its records short) and ends when stdin closes: it writes
+what it has and exits 0, or :data:`process.EXIT_STOPPED` if its writer stopped on an error, which the
+writer logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+
+from router.logs import setup_logging
+from router.telemetry.config import TelemetryConfig
+from router.telemetry.process import BATCH, EVENT, EXIT_STOPPED, FRAME, ROUTE
+
+
+def serve(stream, writer) -> None:
+    """Feed ``writer`` from ``stream`` until it ends (a truncated last message is ignored) or the
+    writer stops."""
+    read = stream.read
+    while not writer.stopped:
+        head = read(FRAME.size)
+        if len(head) < FRAME.size:
+            return
+        (n,) = FRAME.unpack(head)
+        data = read(n)
+        if len(data) < n:
+            return
+        kind, payload = pickle.loads(data)
+        if kind == BATCH:
+            writer.deliveries(payload)
+        elif kind == ROUTE:
+            writer.route(payload)
+        elif kind == EVENT:
+            writer.event(payload)
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    setup_logging(spec["log_level"], spec["log_levels"])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from router.telemetry.writer import TelemetryWriter  # pyarrow: only this process loads it
+
+    config = TelemetryConfig(dir=spec["dir"], rotate_mb=spec["rotate_mb"], sample=spec["sample"])
+    writer = TelemetryWriter(config, spec["node"])
+    with os.fdopen(sys.stdin.fileno(), "rb", buffering=1 << 20, closefd=False) as stream:
+        serve(stream, writer)
+    writer.close()
+    return EXIT_STOPPED if writer.stopped else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
