@@ -114,6 +114,8 @@ def make_topology(name: str, nodes: Sequence[str], edges: Sequence[Edge], settin
         router["hello_max_age"] = 3 * a.hello_interval
     if a.link_capacity is not None:
         settings["link_capacity"] = a.link_capacity
+    if a.telemetry is not None:
+        settings["telemetry"] = {"dir": str(a.telemetry)}
     data: dict[str, Any] = {
         "name": name,
         "host": HOST,
@@ -889,6 +891,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                          "the shipped topologies' settings (node defaults)")
     ap.add_argument("--link-capacity", type=int, default=None,
                     help="override link_capacity of every node (default: the node default, 250)")
+    ap.add_argument("--telemetry", type=Path, default=None,
+                    help="every node writes telemetry into this directory (what it costs: compare runs)")
     ap.add_argument("--convergence-timeout", type=float, default=30.0,
                     help="give up a convergence run after S s")
     ap.add_argument("--reroute-rate", type=float, default=2000.0, help="msg/s of the paced A -> D stream")

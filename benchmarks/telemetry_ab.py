@@ -81,7 +81,7 @@ def one_run(tmp: Path, on: bool, a: argparse.Namespace) -> tuple[float, float, f
 
 def split_cpu(record: dict) -> tuple[float, float]:
     """Node process and child process (the telemetry writer) CPU µs per message of a node_bench run."""
-    run = record["targets"]["node"]["results"]["runs"]["throughput"][0]
+    run = record["targets"][record["router"]["kind"]]["results"]["runs"]["throughput"][0]
     procs = run["router"]["procs"]
     node_pid = str(record["router"]["pid"])
     n = run["received"]
@@ -166,9 +166,12 @@ def parts(a: argparse.Namespace) -> int:
                                                                                              strict=True))
         main_s = statistics.median(r["main_s"] for r in runs[v])
         other_s = statistics.median(r["other_s"] for r in runs[v])
-        summary[v] = {"median_pair_cpu_ratio": ratio, "main_s": main_s, "other_s": other_s}
+        child = statistics.median(r["child_us_per_msg"] for r in runs[v])
+        summary[v] = {"median_pair_cpu_ratio": ratio, "main_s": main_s, "other_s": other_s,
+                      "child_us_per_msg": child}
         print(f"{v:8s} node CPU per message {ratio - 1:+6.1%} vs off (median of rounds); CPU seconds: main "
-              f"thread {main_s:.2f}, other threads {other_s:.2f} (medians)")
+              f"thread {main_s:.2f}, other threads {other_s:.2f}; writer process {child:.2f} µs/msg "
+              "(medians)")
     out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-telemetry-parts.json"
     out.write_text(json.dumps({"command": sys.argv, "runs": runs, "summary": summary}, indent=1))
     print(f"Results: {out}")

@@ -144,11 +144,12 @@ class McastGroup:
         self.detail: object = None  # adapter's snapshot of the best outcome's details
 
 
-# In-flight entry: (in_dlv, producer, consumer, group-or-None, seq, remote-dest-or-None, sent-at, size),
-# keyed by the outbound delivery handle; seq is the consumer's `delivered` count when it was sent, so the
-# adapter can tell sent from queued; the remote destination (anycast toward another node) has its count
-# decremented; sent-at is the core's `now` (the time stamp of the batch the delivery arrived in); size is
-# the message's size where the adapter's telemetry records it at settlement from this entry alone, else -1.
+# In-flight entry: (in_dlv, producer, consumer, group-or-None, seq, remote-dest-or-None, sent-at, size,
+# route), keyed by the outbound delivery handle; seq is the consumer's `delivered` count when it was sent,
+# so the adapter can tell sent from queued; the remote destination (anycast toward another node) has its
+# count decremented; sent-at is the core's `now` (the time stamp of the batch the delivery arrived in);
+# size and route are the adapter's telemetry's: the message's size (-1: telemetry keeps it elsewhere, or
+# is off) and its route id (-1: the consumer's local route).
 InFlight = tuple
 
 
@@ -586,11 +587,11 @@ class RouterCore:
 
     # ---- bookkeeping of forwarded deliveries -----------------------------------------------------------
     def sent(self, p: Producer, c: Consumer, in_dlv: object, out_dlv: object,
-             rd: RemoteDest | None = None, size: int = -1) -> None:
+             rd: RemoteDest | None = None, size: int = -1, route: int = -1) -> None:
         """An unsettled delivery from `p` went to `c` as `out_dlv` (toward remote destination `rd`);
-        `size` is kept in the entry for the adapter (see InFlight)."""
+        `size` and `route` are kept in the entry for the adapter (see InFlight)."""
         c.delivered += 1
-        self.in_flight[out_dlv] = (in_dlv, p, c, None, c.delivered, rd, self.now, size)
+        self.in_flight[out_dlv] = (in_dlv, p, c, None, c.delivered, rd, self.now, size, route)
         if rd is not None:
             rd.unsettled += 1
         c.unsettled += 1
@@ -623,7 +624,7 @@ class RouterCore:
     def sent_copy(self, g: McastGroup, c: Consumer, out_dlv: object) -> None:
         """One copy of an unsettled multicast delivery went to `c`."""
         c.delivered += 1
-        self.in_flight[out_dlv] = (g.in_dlv, g.producer, c, g, c.delivered, None, self.now, -1)
+        self.in_flight[out_dlv] = (g.in_dlv, g.producer, c, g, c.delivered, None, self.now, -1, -1)
         g.pending += 1
         c.unsettled += 1
         c.credit -= 1

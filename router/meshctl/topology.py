@@ -27,7 +27,7 @@ from router.config import (  # the config's validation helpers
 #: Top-level keys copied into every node config: topology key -> (section, key) in the node config.
 NODE_SETTINGS = {"link_capacity": ("node", "link_capacity"), "idle_timeout": ("node", "idle_timeout"),
                  "log_level": ("node", "log_level")}
-SHARED_SECTIONS = ("router", "addresses")
+SHARED_SECTIONS = ("router", "addresses", "telemetry")   # telemetry: files are named by node
 ROOT_KEYS = ("name", "host", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
 NODE_KEYS = ("client_port", "inter_router_port")
 EDGE_KEYS = ("from", "to", "cost")

@@ -971,9 +971,16 @@ class Engine:
             if self.tel is not None:
                 self.tel.ended(key, n, ACCEPTED, *_tel_route(p, c, ann, rd))
         else:
-            core.sent(p, c, d, od, rd)
-            if self.tel is not None:
-                self.tel.sent(d, n, key, *_tel_route(p, c, ann, rd))
+            tel = self.tel
+            if tel is None:
+                core.sent(p, c, d, od, rd)
+            else:                                   # the route id rides in the in-flight entry
+                rk = (key, ann.ingress if ann is not None else None, len(ann.trace) if ann is not None else 0,
+                      p.router, c.peer, rd.node if rd is not None else None)
+                rid = tel.route_ids.get(rk)
+                if rid is None:
+                    rid = tel.route_id(rk, key, *_tel_route(p, c, ann, rd))
+                core.sent(p, c, d, od, rd, n, rid)
 
     def _reject(self, d: object, p: Producer, presettled: bool, name: bytes, desc: bytes) -> None:
         if not presettled:
@@ -1075,8 +1082,12 @@ class Engine:
         if tel is not None and g is None:             # router/node/telemetry.py: the hot path
             v = e[7]
             if v >= 0:
-                if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
-                    tel.run(outcome, e[6], c.address)
+                rid = e[8]
+                if rid < 0:                             # client to client here: the address's route
+                    if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
+                        tel.run(outcome, e[6], c.address)
+                elif rid != tel.rid or outcome != tel.outcome or e[6] is not tel.arrived:
+                    tel.route_run(rid, outcome, e[6])
                 tel.sizes.append(v)
             elif tel.mesh:
                 tel.settled(e, outcome, c)

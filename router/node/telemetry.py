@@ -50,6 +50,7 @@ ACCEPTED = 0x24
 RELEASED = 0x26
 HANDOFF_RECORDS = 65_536  # hand a batch to the writer at this many records
 HANDOFF_SECONDS = 0.5     # or when it is this old (the server pumps at least once a second)
+MAX_ROUTE_KEYS = 10_000   # route_ids entries before it starts over
 
 
 class NodeTelemetry:
@@ -69,6 +70,9 @@ class NodeTelemetry:
         self._groups: dict[object, tuple[int, int, float]] = {}  # multicast group -> (rid, size, arrival)
         self._routes: dict[tuple, int] = {}     # (address, ingress, hops, in, out, egress) -> route id
         self._local: dict[str | None, int] = {}  # address -> route id client in, client out here
+        # what the engine's mesh path looks a route id up by: (address, raw ingress annotation, hops,
+        # from a peer, consumer's peer, destination node) -> route id (bounded: peers choose ingress)
+        self.route_ids: dict[tuple, int] = {}
         # the server calls tick() once per pump: one clock read per batch of messages, not two per message
         self.now = time.time()
         # the current run of the batch: route (and the address whose local route it is, if it is one),
@@ -115,6 +119,17 @@ class NodeTelemetry:
             rid = self._local_route(address.key)
         self._run(rid, outcome, arrival)
         self.address = address
+
+    def route_id(self, rk: tuple, address: str | None, *route) -> int:
+        """The route id of `address` and `route` (as `_route` takes it), remembered under `rk`."""
+        if len(self.route_ids) >= MAX_ROUTE_KEYS:
+            self.route_ids.clear()
+        rid = self.route_ids[rk] = self._route(address, *route)
+        return rid
+
+    def route_run(self, rid: int, outcome: int, arrival: float) -> None:
+        """The records appended from now on: route `rid`, `outcome`, `arrival`."""
+        self._run(rid, outcome, arrival)
 
     def _run(self, rid: int, outcome: int, arrival: float) -> None:
         self.batch.run(rid, outcome, arrival)
@@ -170,13 +185,15 @@ class NodeTelemetry:
 
     def settled(self, entry: tuple, outcome: int, consumer: object) -> None:
         """The delivery of the core's in-flight `entry` (forwarded to `consumer`, a core Consumer) was
-        settled upstream with `outcome`. A size in the entry (`entry[7] >= 0`) means client to client
-        here; otherwise the route and size are those `sent` kept."""
+        settled upstream with `outcome`. A size in the entry (`entry[7] >= 0`) comes with its route id
+        (`entry[8]`; -1: client to client here); otherwise the route and size are those `sent` kept."""
         size = entry[7]
         if size >= 0:
-            rid = self._local.get(consumer.address.key)
-            if rid is None:
-                rid = self._local_route(consumer.address.key)
+            rid = entry[8]
+            if rid < 0:
+                rid = self._local.get(consumer.address.key)
+                if rid is None:
+                    rid = self._local_route(consumer.address.key)
             self._record(rid, size, outcome, entry[6])
             return
         e = self.mesh.pop(entry[0], None)

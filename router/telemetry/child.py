@@ -2,7 +2,7 @@
 
 Started by :class:`router.telemetry.process.WriterProcess` as ``python -m router.telemetry.child SPEC``
 (SPEC: JSON with the ``telemetry:`` config, the node id and its log levels). Stdin carries framed
-pickles (``process.FRAME``): routes, batches of delivery records, events. It ignores SIGINT and SIGTERM
+pickles (``process.FRAME``): new routes and events, batches of delivery records. It ignores SIGINT and SIGTERM
 (a Ctrl-C meant for the node must not cut its records short) and ends when stdin closes: it writes
 what it has and exits 0, or :data:`process.EXIT_STOPPED` if its writer stopped on an error, which the
 writer logged.
@@ -18,7 +18,7 @@ import sys
 
 from router.logs import setup_logging
 from router.telemetry.config import TelemetryConfig
-from router.telemetry.process import BATCH, EVENT, EXIT_STOPPED, FRAME, ROUTE
+from router.telemetry.process import BATCH, EXIT_STOPPED, FRAME, NEWS
 
 
 def serve(stream, writer) -> None:
@@ -36,10 +36,12 @@ def serve(stream, writer) -> None:
         kind, payload = pickle.loads(data)
         if kind == BATCH:
             writer.deliveries(payload)
-        elif kind == ROUTE:
-            writer.route(payload)
-        elif kind == EVENT:
-            writer.event(payload)
+        elif kind == NEWS:
+            routes, events = payload
+            for route in routes:
+                writer.route(route)
+            for event in events:
+                writer.event(event)
 
 
 def main(argv: list[str]) -> int:

@@ -45,8 +45,8 @@ PIPE_BYTES = 1 << 20                 # pipe capacity asked for (Linux caps it at
 MAX_BACKLOG = 64 << 20               # bytes the node keeps for a child that falls behind
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])   # the directory that holds `router`
 
-# message kinds (the first item of each pickled tuple)
-ROUTE, BATCH, EVENT = "r", "d", "e"
+# message kinds (the first item of each pickled tuple): new routes and events, in order; a batch
+NEWS, BATCH = "n", "d"
 
 
 class WriterProcess:
@@ -61,6 +61,8 @@ class WriterProcess:
         self.node = node
         self.routes: list[Route] = []          # route id -> route (the child assigns the same ids)
         self._route_ids: dict[Route, int] = {}
+        self._routes: list[Route] = []         # new routes and events not yet queued (one message for all)
+        self._events: list[EventRecord] = []
         self._out: list[bytes] = []            # framed messages not yet written to the pipe
         self._queued = 0                       # their bytes
         self._max_backlog = max_backlog
@@ -96,7 +98,7 @@ class WriterProcess:
             check_route(route)
             rid = self._route_ids[route] = len(self.routes)
             self.routes.append(route)
-            self._queue((ROUTE, route))
+            self._routes.append(route)
         return rid
 
     def deliveries(self, batch: DeliveryColumns) -> None:
@@ -110,6 +112,7 @@ class WriterProcess:
                 log.warning("telemetry: the writer process fell behind (%d bytes waiting); dropping new "
                             "records and counting them", self._queued)
             return
+        self._queue_news()
         self._queue((BATCH, batch))
         self.send()
 
@@ -117,10 +120,12 @@ class WriterProcess:
         """Record one link/connection event: ``(event, link, address, peer, time)``; sent with the next
         ``send``."""
         if not self.stopped:
-            self._queue((EVENT, rec))
+            self._events.append(rec)
 
     def send(self) -> None:
         """Write what the pipe takes now of what is queued (never blocks)."""
+        if self._routes or self._events:
+            self._queue_news()
         if not self._out or self.stopped:
             return
         buf = self._out[0] if len(self._out) == 1 else b"".join(self._out)
@@ -146,6 +151,8 @@ class WriterProcess:
         proc, self._proc = self._proc, None
         if self._fd < 0:
             return
+        if not self.stopped:
+            self._queue_news()
         try:
             if self._out and not self.stopped:
                 os.set_blocking(self._fd, True)
@@ -167,6 +174,12 @@ class WriterProcess:
                 self._stop(f"the writer process exited with code {code}")
 
     # ---- internals ----------------------------------------------------------------------------------------
+    def _queue_news(self) -> None:
+        if not self.stopped:
+            self._queue((NEWS, (self._routes, self._events)))
+        self._routes = []
+        self._events = []
+
     def _queue(self, message: tuple) -> None:
         data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
         self._out.append(FRAME.pack(len(data)))

@@ -428,17 +428,28 @@ def test_node_hooks_give_exact_records(tmp_path):
             self.address = address
 
     def forwarded_here(d, n):               # engine._on_delivery: core.sent(..., size=n)
-        sizes[d] = n
+        sizes[d] = (n, -1)
+
+    def forwarded_mesh(d, n, address, *route):  # engine._to_mesh: the route id rides in the entry
+        rk = (address, *route)
+        rid = tel.route_ids.get(rk)
+        if rid is None:
+            rid = tel.route_id(rk, address, *route)
+        sizes[d] = (n, rid)
 
     def entry(d, sent_at, c):               # the core's in-flight entry at settlement
-        return (d, None, c, None, 0, None, sent_at, sizes.pop(d, -1))
+        return (d, None, c, None, 0, None, sent_at, *sizes.pop(d, (-1, -1)))
 
     def settled_here(d, outcome, sent_at, c):   # engine._on_outcome, inlined
         e = entry(d, sent_at, c)
         v = e[7]
         if v >= 0:
-            if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
-                tel.run(outcome, e[6], c.address)
+            rid = e[8]
+            if rid < 0:
+                if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
+                    tel.run(outcome, e[6], c.address)
+            elif rid != tel.rid or outcome != tel.outcome or e[6] is not tel.arrived:
+                tel.route_run(rid, outcome, e[6])
             tel.sizes.append(v)
         elif tel.mesh:
             tel.settled(e, outcome, c)
@@ -447,12 +458,14 @@ def test_node_hooks_give_exact_records(tmp_path):
 
     t1, t2, t3, t4 = T0 + 1, T0 + 2, T0 + 3, T0 + 30
     tel.tick(t1)
-    d1, d2, d3, d4, d5, d6, g = (object() for _ in range(7))
+    d1, d2, d3, d4, d5, d6, d7, d8, g = (object() for _ in range(9))
     forwarded_here(d1, 100)
     forwarded_here(d2, 0)
     forwarded_here(d5, 2**41)
     tel.sent(d3, 7, "q", "B", 2, "inter-router", "client", "")         # from a peer, consumed here
     tel.sent(d4, 0, "q", None, 0, "client", "inter-router", "C")       # streamed toward C
+    forwarded_mesh(d7, 70, "q", "B", 2, "inter-router", "client", "")   # from a peer, consumed here
+    forwarded_mesh(d8, 80, "q", None, 0, "client", "inter-router", "C")  # toward C
     tel.sent_group(g, 9, "m", None, 0, "client", "client", None)
     tel.presettled_here("q", 5)
     tel.tick(t2)
@@ -468,6 +481,8 @@ def test_node_hooks_give_exact_records(tmp_path):
     settled_here(d3, 0x27, t1, q)                                      # not here: the mesh path
     tel.group_settled(g, 0x25)
     settled_here(d6, 0x24, t2, q)
+    settled_here(d7, 0x24, t1, q)
+    settled_here(d8, 0x24, t1, r)
     tel.tick(t4)                                                       # 10 s later: handed off
     tel.settled(entry(d4, t1, r), 0x24, r)                             # the slow path (a stream)
     tel.close()
@@ -484,6 +499,8 @@ def test_node_hooks_give_exact_records(tmp_path):
         ("q", "B", 2, "inter-router", "client", "A", "modified", 7, t1, t3),
         ("m", "A", 0, "client", "client", None, "rejected", 9, t1, t3),
         ("q", *here, "accepted", 1, t2, t3),
+        ("q", "B", 2, "inter-router", "client", "A", "accepted", 70, t1, t3),
+        ("q", "A", 0, "client", "inter-router", "C", "accepted", 80, t1, t3),
         ("q", "A", 0, "client", "inter-router", "C", "accepted", 12345, t1, t4),
     ]
     assert not sizes and not tel.mesh and not w.stopped
