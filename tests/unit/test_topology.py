@@ -81,6 +81,7 @@ edges:
 link_capacity: 10
 router: {hello_interval: 0.2, hello_max_age: 0.6, ra_interval_flux: 1}
 addresses: {default: closest, rules: [{prefix: mc, distribution: multicast}]}
+telemetry: {dir: /var/tmp/mesh-telemetry, sample: 0.5}
 """)
     topology = load_topology(path)
     written = write_node_configs(topology, tmp_path / "run")
@@ -94,6 +95,7 @@ addresses: {default: closest, rules: [{prefix: mc, distribution: multicast}]}
         assert config.router_timers["ra_interval_flux"] == 1.0
         assert config.default_distribution == "closest"
         assert [(r.prefix, r.distribution) for r in config.address_rules] == [("mc", "multicast")]
+        assert (str(config.telemetry.dir), config.telemetry.sample) == ("/var/tmp/mesh-telemetry", 0.5)
 
 
 def test_name_defaults_to_the_file_name_and_quiet_nodes_still_log_their_state(tmp_path):
