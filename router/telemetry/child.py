@@ -15,17 +15,24 @@ import os
 import pickle
 import signal
 import sys
+import time
 
 from router.logs import setup_logging
 from router.telemetry.config import TelemetryConfig
 from router.telemetry.process import BATCH, EXIT_STOPPED, FRAME, NEWS
 
+HIGH_WATER = 500_000   # records waiting in the writer before this process stops reading the pipe
+
 
 def serve(stream, writer) -> None:
     """Feed ``writer`` from ``stream`` until it ends (a truncated last message is ignored) or the
-    writer stops."""
+    writer stops. While the writer has HIGH_WATER records waiting, nothing more is read: the pipe fills
+    and the node keeps (boundedly) what it could not write, so records are dropped in one place only,
+    the node, and counted there."""
     read = stream.read
     while not writer.stopped:
+        while writer.pending >= HIGH_WATER and not writer.stopped:
+            time.sleep(0.005)
         head = read(FRAME.size)
         if len(head) < FRAME.size:
             return

@@ -504,3 +504,61 @@ def test_node_hooks_give_exact_records(tmp_path):
         ("q", "A", 0, "client", "inter-router", "C", "accepted", 12345, t1, t4),
     ]
     assert not sizes and not tel.mesh and not w.stopped
+
+
+# ---- the writer process (router.telemetry.process) --------------------------------------------------------
+def _writer_child(w) -> int:
+    return w._proc.pid
+
+
+def test_writer_process_that_stalls_never_blocks_the_node(tmp_path, caplog):
+    """A stopped child: the pipe fills, `deliveries` still returns at once, what waits is bounded and
+    the rest is dropped and counted (one WARNING); once the child runs again it writes what it got."""
+    import os
+    import signal
+    import time
+
+    from router.telemetry.process import WriterProcess
+
+    w = WriterProcess(TelemetryConfig(tmp_path), "A", max_backlog=1 << 20)
+    x = w.route(("svc/x", "A", 0, "client", "client", "A"))
+    os.kill(_writer_child(w), signal.SIGSTOP)
+    try:
+        with caplog.at_level(logging.WARNING, logger="router.telemetry"):
+            sent = 0
+            slowest = 0.0
+            while w.dropped == 0:
+                n = 20_000
+                t = time.perf_counter()
+                w.deliveries(_batch([(x, 0x24, 1, T0)] * n, [(n, T0 + 1)]))
+                slowest = max(slowest, time.perf_counter() - t)
+                sent += n
+                assert sent < 10_000_000, "the backlog bound never applied"
+            w.deliveries(_batch([(x, 0x24, 1, T0)] * 10, [(10, T0 + 1)]))
+        assert slowest < 0.5                                 # never waits for the child
+        assert 1 << 20 < w.pending < (1 << 20) + 1_000_000   # bounded by max_backlog (+ one batch)
+        assert w.dropped == 20_000 + 10
+        assert len(telemetry_logs(caplog)) == 1 and "fell behind" in telemetry_logs(caplog)[0].getMessage()
+    finally:
+        os.kill(_writer_child(w), signal.SIGCONT)
+    w.close()
+    written = sum(pq.ParquetFile(f).metadata.num_rows for f in tmp_path.glob("*.parquet"))
+    assert written == sent - 20_000 and not w.stopped
+
+
+def test_writer_process_routes_and_events_arrive_in_order(tmp_path):
+    from router.telemetry.process import WriterProcess
+
+    w = WriterProcess(TelemetryConfig(tmp_path), "A")
+    ids = [w.route((f"svc/{i}", "A", 0, "client", "client", "A")) for i in range(3)]
+    assert ids == [0, 1, 2] and w.route(("svc/1", "A", 0, "client", "client", "A")) == 1
+    with pytest.raises(TypeError):
+        w.route(("svc/bad", "A", "0", "client", "client", "A"))       # hops must be an int
+    w.event(("link_up", "l1", "svc/0", "peer", T0))
+    w.deliveries(_batch([(2, 0x24, 5, T0), (0, 0x26, 6, T0)], [(2, T0 + 1)]))
+    w.event(("link_down", "l1", "svc/0", "peer", T0 + 2))
+    w.close()
+    got = lines(tmp_path)
+    assert sorted((r["address"], r["outcome"], r["size"]) for r in got if r["kind"] == "delivery") == [
+        ("svc/0", "released", 6), ("svc/2", "accepted", 5)]
+    assert [r["event"] for r in got if r["kind"] == "event"] == ["link_up", "link_down"]
