@@ -98,7 +98,7 @@ class Connection:
 
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
-                 "ident", "opened", "internal",
+                 "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
@@ -114,6 +114,7 @@ class Connection:
         self.ident = 0                 # management identity (set by the engine)
         self.opened = 0.0              # when it was accepted or made (epoch seconds, set by the engine)
         self.internal = False          # an in-process client of this node (broker gateway, management)
+        self.kind = "client"           # telemetry's link kind of its client links: "client" or "broker"
         # security and limits (router.security.policy sets them for listeners and connectors)
         self.ssl: object = None        # pn_ssl_t* when the connection runs TLS
         self.listener: str | None = None           # "host:port" of the listener that accepted it

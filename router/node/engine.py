@@ -826,15 +826,22 @@ class Engine:
             pn_delivery_settle(d)
             self.core.sent_presettled(rec, (c,))
             if self.tel is not None:
-                self.tel.presettled_here(a.key, n)
+                if rec.conn.internal or c.conn.internal:
+                    self.tel.ended(a.key, n, PRESETTLED, None, 0, rec.conn.kind, c.conn.kind, "")
+                else:
+                    self.tel.presettled_here(a.key, n)
         elif c.presettle:
             pn_delivery_settle(od)
             self._accept_handed_over(d, rec)
             self.core.sent_presettled(rec, (c,))
             if self.tel is not None:
-                self.tel.local(a.key, n, ACCEPTED)
+                self.tel.ended(a.key, n, ACCEPTED, None, 0, rec.conn.kind, c.conn.kind, "")
         else:
-            self.core.sent(rec, c, d, od, None, n)      # n: for telemetry (router/node/telemetry.py)
+            tel = self.tel                              # n (and a route): for telemetry
+            if tel is None or not (rec.conn.internal or c.conn.internal):
+                self.core.sent(rec, c, d, od, None, n)  # the consumer's address's client route
+            else:
+                self.core.sent(rec, c, d, od, None, n, self._tel_local_rid(a.key, rec, c))
 
     def _send_whole(self, c: Consumer, data: object, n: int) -> object:
         """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
@@ -976,7 +983,7 @@ class Engine:
                 core.sent(p, c, d, od, rd)
             else:                                   # the route id rides in the in-flight entry
                 rk = (key, ann.ingress if ann is not None else None, len(ann.trace) if ann is not None else 0,
-                      p.router, c.peer, rd.node if rd is not None else None)
+                      p.router, p.conn.kind, c.peer, c.conn.kind, rd.node if rd is not None else None)
                 rid = tel.route_ids.get(rk)
                 if rid is None:
                     rid = tel.route_id(rk, key, *_tel_route(p, c, ann, rd))
@@ -993,7 +1000,7 @@ class Engine:
     def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
         if self.tel is not None:
             address = p.address.key if p.address else None
-            in_link = ROUTER_LINK if p.router else CLIENT_LINK
+            in_link = ROUTER_LINK if p.router else p.conn.kind
             if presettled:
                 self.tel.presettled(address, 0, False, None, 0, in_link)
             else:
@@ -1138,7 +1145,7 @@ class Engine:
                 pn_delivery_settle(od)
                 self.core.sent_presettled(p, (c,))
                 if tel is not None and t is not None:
-                    self._tel_held(t, c, PRESETTLED)
+                    self._tel_held(t, p, c, PRESETTLED)
             elif c.presettle:
                 pn_delivery_settle(od)
                 self.core.sent_presettled(p, (c,))
@@ -1147,13 +1154,14 @@ class Engine:
                 elif p.alive:
                     self._accept_handed_over(d, p)
                     if tel is not None and t is not None:
-                        self._tel_held(t, c, ACCEPTED)
+                        self._tel_held(t, p, c, ACCEPTED)
             elif g is not None:
                 g.pending -= 1                      # sent_copy counts it again
                 self.core.sent_copy(g, c, od)
             elif p.alive:
                 if type(t) is int:                  # client to client here: the size rides in the entry
-                    self.core.sent(p, c, d, od, None, t)
+                    self.core.sent(p, c, d, od, None, t,
+                                   self._tel_local_rid(c.address.key, p, c) if tel is not None else -1)
                 else:
                     self.core.sent(p, c, d, od)
                     if tel is not None and t is not None:
@@ -1162,18 +1170,29 @@ class Engine:
                 pn_delivery_settle(od)
         self.dirty.add(c.conn)
 
-    def _tel_held(self, t: int | tuple, c: Consumer, outcome: int) -> None:
+    def _tel_held(self, t: int | tuple, p: Producer, c: Consumer, outcome: int) -> None:
         """Telemetry of a held delivery that went out settled (pre-settled, or handed over ACCEPTED)."""
         if type(t) is int:
-            self.tel.local(c.address.key, t, outcome)
+            self.tel.ended(c.address.key, t, outcome, None, 0, p.conn.kind, c.conn.kind, "")
         else:
             self.tel.ended(t[0], t[1], outcome, *t[2])
+
+    def _tel_local_rid(self, address: str, p: Producer, c: Consumer) -> int:
+        """The telemetry route id of a delivery from `p` to `c`, both on this node's client (or broker)
+        connections; -1 for the common client-to-client route (the consumer's address's)."""
+        if p.conn.kind == CLIENT_LINK and c.conn.kind == CLIENT_LINK:
+            return -1
+        rk = (address, p.conn.kind, c.conn.kind)
+        rid = self.tel.route_ids.get(rk)
+        if rid is None:
+            rid = self.tel.route_id(rk, address, None, 0, p.conn.kind, c.conn.kind, "")
+        return rid
 
     def _release_held(self, item: tuple, c: Consumer) -> None:
         _data, d, p, presettled, g, t = item
         if self.tel is not None and t is not None and (presettled or p.alive):
             # it never went out: dropped (pre-settled) or released back to its producer
-            address, size, src = (c.address.key, t, (None, 0, CLIENT_LINK)) if type(t) is int else \
+            address, size, src = (c.address.key, t, (None, 0, p.conn.kind)) if type(t) is int else \
                 (t[0], t[1], t[2][:3])
             self.tel.ended(address, size, DROPPED if presettled else RELEASED, *src, None, None)
         if presettled:
@@ -1539,7 +1558,7 @@ def _count_copies(a: Address, p: Producer, consumers: list[Consumer]) -> None:
 def _tel_source(p: Producer, ann: RouterAnnotations | None) -> tuple[str | None, int, str]:
     """Telemetry's (ingress, hops, in_link) for a delivery from `p` with router annotations `ann`."""
     ingress = ann.ingress.partition("/")[2] if ann is not None and ann.ingress else None
-    return ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else CLIENT_LINK
+    return ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else p.conn.kind
 
 
 def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: RemoteDest | None = None,
@@ -1550,7 +1569,7 @@ def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: Remo
         egress = None if any(x.peer is not None for x in copies) else ""
     else:
         egress = rd.node if rd is not None else None if c.peer is not None else ""
-    return (*_tel_source(p, ann), ROUTER_LINK if c.peer is not None else CLIENT_LINK, egress)
+    return (*_tel_source(p, ann), ROUTER_LINK if c.peer is not None else c.conn.kind, egress)
 
 
 def _terminus_address(terminus: object) -> str | None:

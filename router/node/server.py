@@ -161,7 +161,7 @@ class NodeServer:
             from router.gateway import Gateways  # imports pika only when brokers are configured
 
             self.gateways = Gateways(self.config.brokers, self.config.node_id, self.loop,
-                                     self.add_local_connection, self.core)
+                                     self.add_broker_connection, self.core)
             self.gateways.start()
 
     def _stop_gateways(self) -> None:
@@ -174,6 +174,12 @@ class NodeServer:
         sock.setblocking(False)
         conn = self._serve(sock, peer, "normal")
         conn.internal = True
+        return conn
+
+    def add_broker_connection(self, sock: socket.socket, peer: str) -> Connection:
+        """A broker gateway's in-process connection: its links are `broker` links in telemetry."""
+        conn = self.add_local_connection(sock, peer)
+        conn.kind = "broker"
         return conn
 
     def _serve(self, sock: socket.socket, peer: str, role: str, cost: int = 1, client: bool = False,

@@ -267,3 +267,29 @@ def test_broker_entity_for_management(node_factory, broker):
                    "addresses": [addr], "published": 3, "confirmed": 3, "returned": 0, "nacked": 0,
                    "unconfirmed": 0, "consumed": 0, "acked": 0, "requeued": 0, "deadLettered": 0,
                    "reconnects": 0}
+
+
+def test_telemetry_records_broker_links(node_factory, broker, tmp_path):
+    """Deliveries into and out of the broker carry the `broker` link kind in telemetry."""
+    from tests.integration.test_node_telemetry import records
+
+    addr = broker.name("tel")
+    broker.track(queues=(addr,))
+    tdir = tmp_path / "telemetry"
+    extra = gateway_config({"address": addr, "semantics": "anycast", "direction": "both", "durable": False})
+    node = node_factory("A", extra={**extra, "telemetry": {"dir": str(tdir)}})
+    wait_connected(node)
+    prod = Client(node.url).sender(addr)
+    prod.wait_credit()
+    trackers = [prod.send(make_message(f"t{i}")) for i in range(5)]
+    assert [t.wait().outcome for t in trackers] == ["ACCEPTED"] * 5
+    wait_for(lambda: broker.depth(addr) == 5, what="stored in the broker")
+    listener = Client(node.url).receiver(addr, credit=10)
+    assert len(listener.wait_messages(5)) == 5
+    wait_for(lambda: broker.depth(addr) == 0 and gateway_state(node)["acked"] == 5, what="acked")
+    node.proc.terminate()
+    assert node.proc.wait(20) == 0
+    node.stopped = True
+    got = sorted((r["in_link"], r["out_link"], r["outcome"], r["egress"]) for r in records(tdir)
+                 if r["kind"] == "delivery" and r["address"] == addr)
+    assert got == [("broker", "client", "accepted", "A")] * 5 + [("client", "broker", "accepted", "A")] * 5
