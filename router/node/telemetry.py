@@ -117,7 +117,7 @@ class NodeTelemetry:
         rid = self._local.get(address.key)
         if rid is None:
             rid = self._local_route(address.key)
-        self._run(rid, outcome, arrival)
+        self.route_run(rid, outcome, arrival)
         self.address = address
 
     def route_id(self, rk: tuple, address: str | None, *route) -> int:
@@ -129,9 +129,6 @@ class NodeTelemetry:
 
     def route_run(self, rid: int, outcome: int, arrival: float) -> None:
         """The records appended from now on: route `rid`, `outcome`, `arrival`."""
-        self._run(rid, outcome, arrival)
-
-    def _run(self, rid: int, outcome: int, arrival: float) -> None:
         self.batch.run(rid, outcome, arrival)
         self.rid = rid
         self.outcome = outcome
@@ -140,7 +137,7 @@ class NodeTelemetry:
 
     def _record(self, rid: int, size: int, outcome: int, arrival: float) -> None:
         if rid != self.rid or outcome != self.outcome or arrival is not self.arrived:
-            self._run(rid, outcome, arrival)
+            self.route_run(rid, outcome, arrival)
         self.sizes.append(size)
 
     # ---- routes -------------------------------------------------------------------------------------------
