@@ -114,7 +114,7 @@ class Connection:
         self.ident = 0                 # management identity (set by the engine)
         self.opened = 0.0              # when it was accepted or made (epoch seconds, set by the engine)
         self.internal = False          # an in-process client of this node (broker gateway, management)
-        self.kind = "client"           # telemetry's link kind of its client links: "client" or "broker"
+        self.kind = "client"           # telemetry's kind of its links: client, broker or inter-router
         # security and limits (router.security.policy sets them for listeners and connectors)
         self.ssl: object = None        # pn_ssl_t* when the connection runs TLS
         self.listener: str | None = None           # "host:port" of the listener that accepted it

@@ -399,6 +399,7 @@ class Engine:
         self.dirty.add(conn)
         if conn.role == "inter-router" and conn.router is None:
             conn.router = peer = peer_from_open(c, conn.cost)
+            conn.kind = ROUTER_LINK
             if peer.node_id == self.node_id:
                 log.error("inter-router connection %s leads back to this node (%s): closing it",
                           conn.peer, self.node_id)
@@ -983,7 +984,7 @@ class Engine:
                 core.sent(p, c, d, od, rd)
             else:                                   # the route id rides in the in-flight entry
                 rk = (key, ann.ingress if ann is not None else None, len(ann.trace) if ann is not None else 0,
-                      p.router, p.conn.kind, c.peer, c.conn.kind, rd.node if rd is not None else None)
+                      p.conn.kind, c.conn.kind, rd.node if rd is not None else None)
                 rid = tel.route_ids.get(rk)
                 if rid is None:
                     rid = tel.route_id(rk, key, *_tel_route(p, c, ann, rd))
@@ -1000,7 +1001,7 @@ class Engine:
     def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
         if self.tel is not None:
             address = p.address.key if p.address else None
-            in_link = ROUTER_LINK if p.router else p.conn.kind
+            in_link = p.conn.kind
             if presettled:
                 self.tel.presettled(address, 0, False, None, 0, in_link)
             else:
@@ -1558,7 +1559,7 @@ def _count_copies(a: Address, p: Producer, consumers: list[Consumer]) -> None:
 def _tel_source(p: Producer, ann: RouterAnnotations | None) -> tuple[str | None, int, str]:
     """Telemetry's (ingress, hops, in_link) for a delivery from `p` with router annotations `ann`."""
     ingress = ann.ingress.partition("/")[2] if ann is not None and ann.ingress else None
-    return ingress, len(ann.trace) if ann is not None else 0, ROUTER_LINK if p.router else p.conn.kind
+    return ingress, len(ann.trace) if ann is not None else 0, p.conn.kind
 
 
 def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: RemoteDest | None = None,
@@ -1569,7 +1570,7 @@ def _tel_route(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: Remo
         egress = None if any(x.peer is not None for x in copies) else ""
     else:
         egress = rd.node if rd is not None else None if c.peer is not None else ""
-    return (*_tel_source(p, ann), ROUTER_LINK if c.peer is not None else c.conn.kind, egress)
+    return (*_tel_source(p, ann), c.conn.kind, egress)
 
 
 def _terminus_address(terminus: object) -> str | None:
