@@ -3,13 +3,15 @@
 Started by :class:`router.telemetry.process.WriterProcess` as ``python -m router.telemetry.child SPEC``
 (SPEC: JSON with the ``telemetry:`` config, the node id and its log levels). Stdin carries framed
 pickles (``process.FRAME``): new routes and events, batches of delivery records. It ignores SIGINT and SIGTERM
-(a Ctrl-C meant for the node must not cut its records short) and ends when stdin closes: it writes
+(a Ctrl-C meant for the node must not cut its records short), runs at a lower priority (nice 10) and
+ends when stdin closes: it writes
 what it has and exits 0, or :data:`process.EXIT_STOPPED` if its writer stopped on an error, which the
 writer logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -21,6 +23,7 @@ from router.logs import setup_logging
 from router.telemetry.config import TelemetryConfig
 from router.telemetry.process import BATCH, EXIT_STOPPED, FRAME, NEWS
 
+NICENESS = 10          # the writer's priority below the node's: it runs when routing leaves a core idle
 HIGH_WATER = 500_000   # records waiting in the writer before this process stops reading the pipe
 
 
@@ -56,6 +59,8 @@ def main(argv: list[str]) -> int:
     setup_logging(spec["log_level"], spec["log_levels"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.nice(NICENESS)           # background work: routing gets the CPU first
     from router.telemetry.writer import TelemetryWriter  # pyarrow: only this process loads it
 
     config = TelemetryConfig(dir=spec["dir"], rotate_mb=spec["rotate_mb"], sample=spec["sample"])
