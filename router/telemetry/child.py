@@ -2,11 +2,10 @@
 
 Started by :class:`router.telemetry.process.WriterProcess` as ``python -m router.telemetry.child SPEC``
 (SPEC: JSON with the ``telemetry:`` config, the node id and its log levels). Stdin carries framed
-pickles (``process.FRAME``): new routes and events, batches of delivery records. It ignores SIGINT and SIGTERM
-(a Ctrl-C meant for the node must not cut its records short), runs at a lower priority (nice 10) and
-ends when stdin closes: it writes
-what it has and exits 0, or :data:`process.EXIT_STOPPED` if its writer stopped on an error, which the
-writer logged.
+pickles (``process.FRAME``): new routes and events, batches of delivery records. It ignores SIGINT
+and SIGTERM (a Ctrl-C meant for the node must not cut its records short), runs at a lower priority
+(nice 10) and ends when stdin closes: it writes what it has and exits 0, or
+:data:`process.EXIT_STOPPED` if its writer stopped on an error, which the writer logged.
 """
 
 from __future__ import annotations
