@@ -686,6 +686,9 @@ class Engine:
                     self._copy_done(e[3], None, MODIFIED, NodeOutcome(MODIFIED))
                 else:
                     stream.final = NodeOutcome(MODIFIED)
+                    if self.tel is not None:
+                        self.tel.grew(e[0], stream.size)
+                        self.tel.settled(e, MODIFIED, c)
                 continue
             outcome = RELEASED if e[4] >= first_unsent else MODIFIED
             self._fail(e, outcome)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import Client, make_message, random_bytes
+from tests.integration.helpers import Client, make_message, pump_for, random_bytes
 from tests.system.meshkit import wait_until
 
 
@@ -215,3 +215,32 @@ def test_streamed_held_and_handed_over_deliveries_get_one_record_each(node_facto
         + [("balanced/amo", "accepted", False, "client")] * 3
         + [("balanced/amo", "accepted", True, "client")]
         + [("balanced/nobody", "released", True, None)]), "\n".join(map(str, got))
+
+
+def test_consumer_lost_mid_stream_records_the_stream_and_what_waited(node_factory, tmp_path):
+    """A consumer stops reading in the middle of a streamed message (small ones wait behind it), then
+    its connection drops: the stream comes back MODIFIED, what waited RELEASED, each with its record."""
+    tdir = tmp_path / "telemetry"
+    node = node_factory(extra={"telemetry": {"dir": str(tdir)}})
+    mb = 1024 * 1024
+    prod, prod2, cons = Client(node.url), Client(node.url), Client(node.url)
+    cons.receiver("balanced/lost", credit=20)
+    s, s2 = prod.sender("balanced/lost"), prod2.sender("balanced/lost")
+    s.wait_credit()
+    s2.wait_credit()
+    cons.paused = True                                  # reads nothing more: the stream stalls
+    big = s.send(make_message(random_bytes(8 * mb)))
+    pump_for(0.5)
+    small = [s2.send(make_message(f"small {i}")) for i in range(3)]   # wait behind the stream
+    pump_for(0.5)
+    cons.disconnect()
+    assert big.wait(30).outcome == "MODIFIED"
+    assert [t.wait(30).outcome for t in small] == ["RELEASED"] * 3
+    prod.close()
+    prod2.close()
+    node.proc.terminate()
+    assert node.proc.wait(20) == 0
+    node.stopped = True
+    got = sorted((r["outcome"], r["out_link"], r["size"] > mb)
+                 for r in records(tdir) if r["kind"] == "delivery" and r["address"] == "balanced/lost")
+    assert got == sorted([("modified", "client", True)] + [("released", None, False)] * 3), got
