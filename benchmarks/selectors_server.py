@@ -27,9 +27,9 @@ from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, NodeConfig, load_config
 from router.forwarding.core import RouterCore
 from router.logs import setup_logging
-from router.node.connection import Connection
-from router.node.engine import Engine
-from router.node.pump import pump
+from router.adapter.connection import Connection
+from router.adapter.engine import Engine
+from router.adapter.pump import pump
 
 log = logging.getLogger("selectors_server")
 

@@ -3,7 +3,7 @@
 Each ``brokers:`` entry of the node config becomes a :class:`~router.gateway.gateway.BrokerGateway`
 running on the node's own asyncio loop (pika's ``AsyncioConnection``, no threads). The gateway reaches
 its node as an ordinary AMQP 1.0 client over an in-process socketpair
-(:class:`~router.gateway.nodelink.NodeConnection`, Proton-C through its cffi layer), so the forwarding
+(:class:`~router.adapter.inprocess.NodeConnection`, Proton-C through its cffi layer), so the forwarding
 engine is unchanged:
 
 * mesh -> broker (:mod:`router.gateway.publisher`): a consumer link per bridged address, attached only
@@ -42,7 +42,7 @@ class Gateways:
                  attach: Callable[[socket.socket, str], object], core: Any) -> None:
         """``attach(sock, peer)`` hands the node one end of a socketpair, as an accepted client."""
         from router.gateway.gateway import BrokerGateway
-        from router.gateway.nodelink import NodeConnection
+        from router.adapter.inprocess import NodeConnection
 
         pika_log = logging.getLogger("pika")
         if pika_log.level == logging.NOTSET:      # pika logs each step (INFO) and each failure (ERROR)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from router.gateway.delivery091 import GatewayConnection
 from router.gateway.mapping import from_091
-from router.gateway.nodelink import ACCEPTED, MODIFIED, REJECTED, NodeLink
+from router.adapter.inprocess import ACCEPTED, MODIFIED, REJECTED, NodeLink
 from router.gateway.topology import Topology
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ from router.gateway.config import BrokerConfig
 from router.gateway.consumer import FromBroker
 from router.gateway.delivery091 import GatewayConnection
 from router.gateway.liveness import Watchdog, abort
-from router.gateway.nodelink import NodeConnection
+from router.adapter.inprocess import NodeConnection
 from router.gateway.ownership import BridgeLocks
 from router.gateway.publisher import Confirms, ToBroker
 from router.gateway.topology import Topology, topology

@@ -23,7 +23,7 @@ from proton import Delivery, Link, Message
 from router.gateway.local import LocalConnection
 from router.management.entities import NodeEntities
 from router.management.requests import answer
-from router.node.routerlinks import RouterLink
+from router.adapter.routerlinks import RouterLink
 
 log = logging.getLogger(__name__)
 

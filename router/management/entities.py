@@ -21,7 +21,7 @@ from cproton_ffi.lib import (
 
 from router import __version__
 from router.forwarding.core import Consumer, Producer
-from router.node.routerlinks import RouterLink
+from router.adapter.routerlinks import RouterLink
 
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "node": (

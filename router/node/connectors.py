@@ -6,7 +6,7 @@ failures is logged once (and its end once), never once per attempt. Connections 
 connected (TLS or authentication refused, the peer over its connection limit) count as failures too, so
 they back off the same way instead of being retried every 0.1 s.
 
-Its `policy` (router.security.policy, set by the server) applies TLS and SASL to each connection.
+Its `policy` (router.adapter.policy, set by the server) applies TLS and SASL to each connection.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Connector:
         self.delay = FIRST_DELAY
         self.failures = 0
         self.conn: object = None
-        self.policy: object = None      # router.security.policy.ConnectionPolicy: TLS, SASL
+        self.policy: object = None      # router.adapter.policy.ConnectionPolicy: TLS, SASL
         self._since = 0.0               # loop time the current connection was made
         self._short = 0                 # connections in a row that ended before STABLE
         self._task: asyncio.Task | None = None

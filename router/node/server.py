@@ -24,11 +24,11 @@ from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
 from router.management.histogram import FORWARDING_BOUNDS, Histogram
-from router.node.connection import Connection
+from router.adapter.connection import Connection
 from router.node.connectors import Connector
-from router.node.engine import Engine
+from router.adapter.engine import Engine
 from router.node.mesh import MeshControl
-from router.node.pump import pump
+from router.adapter.pump import pump
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
@@ -43,7 +43,7 @@ class Listener:
         self.config = config
         self.sock = sock
         self.name = name            # "host:port" as bound (the real port when 0 was configured)
-        self.policy = policy        # router.security.policy.ConnectionPolicy
+        self.policy = policy        # router.adapter.policy.ConnectionPolicy
         self.count = 0              # connections accepted and not yet gone
         self.refused = 0            # refused since the limit was last reached (logged once per streak)
 
@@ -231,7 +231,7 @@ class NodeServer:
 
     def _policies(self) -> list:
         """Each listener's policy; sets each connector's. Raises ConfigError naming the setting."""
-        from router.security.policy import PolicyError, connector_policy, listener_policy
+        from router.adapter.policy import PolicyError, connector_policy, listener_policy
 
         cfg = self.config
         out = []

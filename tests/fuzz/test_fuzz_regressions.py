@@ -41,7 +41,7 @@ from proton import Message
 from router.linkstate import LinkStateConfig, LinkStateEngine
 from router.linkstate.flood import flood_key
 from router.logs import LogOnce
-from router.node.connection import Connection
+from router.adapter.connection import Connection
 from tests.fuzz import gen
 from tests.integration.helpers import (
     AMQP_HEADER,

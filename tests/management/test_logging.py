@@ -41,7 +41,8 @@ def test_per_module_levels(node_factory):
     pump_for(0.5)
     lines = n.stderr_tail(1000).splitlines()
     assert any("DEBUG router.management" in ln for ln in lines), lines
-    assert not any(" INFO router.node" in ln or "DEBUG router.node" in ln for ln in lines), lines
+    assert not any(f" {lvl} router.{pkg}" in ln for ln in lines for lvl in ("INFO", "DEBUG")
+               for pkg in ("node", "adapter")), lines
     assert all(LINE_RE.match(ln) for ln in lines), lines
 
 

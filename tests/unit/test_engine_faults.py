@@ -9,8 +9,8 @@ from proton import Transport
 
 from router.addressing import AddressRules
 from router.forwarding.core import RouterCore
-from router.node.engine import Engine
-from router.node.pump import pump
+from router.adapter.engine import Engine
+from router.adapter.pump import pump
 
 
 def _client_bytes() -> tuple[Transport, PnConnection]:
@@ -56,7 +56,7 @@ def test_exception_in_a_handler_closes_only_that_connection(caplog):
     theirs.setblocking(False)
     conn = engine.add_connection(ours, "peer")
     t, client = _client_bytes()
-    with caplog.at_level(logging.ERROR, logger="router.node.engine"):
+    with caplog.at_level(logging.ERROR, logger="router.adapter.engine"):
         _exchange(engine, conn, theirs, t)
     assert "internal error handling PN_LINK_REMOTE_OPEN" in caplog.text
     assert "injected fault" in caplog.text

@@ -27,9 +27,9 @@ from cproton_ffi.lib import (
 )
 
 from router.config import ConnectorConfig, ListenerConfig
-from router.node.connection import MAX_FRAME, UNLIMITED
-from router.security import sasl as sasl_impl
-from router.security.tls import TlsSetupError, client_domain, server_domain
+from router.adapter.connection import MAX_FRAME, UNLIMITED
+from router.adapter import sasl as sasl_impl
+from router.adapter.tls import TlsSetupError, client_domain, server_domain
 from router.security.users import UsersFile, UsersFileError
 
 

@@ -127,9 +127,9 @@ from router.forwarding.core import (
     RemoteDest,
     RouterCore,
 )
-from router.node.connection import Connection
-from router.node.outcomes import OutcomeSnapshot, copy_outcome, set_modified, set_rejected
-from router.node.routerlinks import (
+from router.adapter.connection import Connection
+from router.adapter.outcomes import OutcomeSnapshot, copy_outcome, set_modified, set_rejected
+from router.adapter.routerlinks import (
     CONTROL,
     CONTROL_CREDIT,
     DATA,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from router.node.connection import BLOCKED, DONE, Connection
+from router.adapter.connection import BLOCKED, DONE, Connection
 
 WriteInterest = Callable[[Connection, bool], None]   # (connection, watch for writable?)
 

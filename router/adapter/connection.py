@@ -60,7 +60,7 @@ from cproton_ffi.lib import (
 )
 
 from router import PRODUCT, __version__
-from router.security.sasl import use_builtin as use_builtin_sasl
+from router.adapter.sasl import use_builtin as use_builtin_sasl
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +109,13 @@ class Connection:
         self.role = role
         self.client = client           # we connected out (a connector), so we open and attach first
         self.cost = cost               # configured inter-router cost of this end
-        self.router: object = None     # inter-router state (router.node.engine.RouterPeer), if any
+        self.router: object = None     # inter-router state (router.adapter.engine.RouterPeer), if any
         self.connector: object = None  # the connector that made it, if any
         self.ident = 0                 # management identity (set by the engine)
         self.opened = 0.0              # when it was accepted or made (epoch seconds, set by the engine)
         self.internal = False          # an in-process client of this node (broker gateway, management)
         self.kind = "client"           # telemetry's kind of its links: client, broker or inter-router
-        # security and limits (router.security.policy sets them for listeners and connectors)
+        # security and limits (router.adapter.policy sets them for listeners and connectors)
         self.ssl: object = None        # pn_ssl_t* when the connection runs TLS
         self.listener: str | None = None           # "host:port" of the listener that accepted it
         self.max_message_size = UNLIMITED          # bigger transfers are rejected (engine)
