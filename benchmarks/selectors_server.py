@@ -22,14 +22,14 @@ import time
 
 from cproton_ffi.lib import pn_transport_tick
 
+from router.adapter.connection import Connection
+from router.adapter.engine import Engine
+from router.adapter.pump import pump
 from router.addressing import AddressRules
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, NodeConfig, load_config
 from router.forwarding.core import RouterCore
 from router.logs import setup_logging
-from router.adapter.connection import Connection
-from router.adapter.engine import Engine
-from router.adapter.pump import pump
 
 log = logging.getLogger("selectors_server")
 

@@ -23,6 +23,7 @@ from cproton_ffi.lib import (
     pn_connection_open,
     pn_connection_properties,
     pn_connection_release,
+    pn_connection_remote_container,
     pn_connection_set_container,
     pn_connection_state,
     pn_data_enter,
@@ -255,6 +256,14 @@ class Connection:
         protocol = ffi.string(buf).decode()
         pn_ssl_get_cipher_name(self.ssl, buf, 128)
         return f"{protocol}({ffi.string(buf).decode()})"
+
+    @property
+    def remote_container(self) -> str | None:
+        """The container id the peer's Open gave (None before it arrived)."""
+        if self.pn_conn is None:
+            return None
+        p = pn_connection_remote_container(self.pn_conn)
+        return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
 
     @property
     def authenticated(self) -> bool:

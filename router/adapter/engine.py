@@ -103,6 +103,17 @@ from cproton_ffi.lib import (
     pn_transport_connection,
 )
 
+from router.adapter.connection import Connection
+from router.adapter.outcomes import OutcomeSnapshot, copy_outcome, set_modified, set_rejected
+from router.adapter.routerlinks import (
+    CONTROL,
+    CONTROL_CREDIT,
+    DATA,
+    RouterLink,
+    capabilities,
+    open_router_links,
+    peer_from_open,
+)
 from router.addressing import address_key
 from router.amqp.annotations import (
     AnnotationLayout,
@@ -126,17 +137,6 @@ from router.forwarding.core import (
     Producer,
     RemoteDest,
     RouterCore,
-)
-from router.adapter.connection import Connection
-from router.adapter.outcomes import OutcomeSnapshot, copy_outcome, set_modified, set_rejected
-from router.adapter.routerlinks import (
-    CONTROL,
-    CONTROL_CREDIT,
-    DATA,
-    RouterLink,
-    capabilities,
-    open_router_links,
-    peer_from_open,
 )
 from router.telemetry.schema import DROPPED, PRESETTLED
 

@@ -26,10 +26,10 @@ from cproton_ffi.lib import (
     pn_transport_set_max_frame,
 )
 
-from router.config import ConnectorConfig, ListenerConfig
-from router.adapter.connection import MAX_FRAME, UNLIMITED
 from router.adapter import sasl as sasl_impl
+from router.adapter.connection import MAX_FRAME, UNLIMITED
 from router.adapter.tls import TlsSetupError, client_domain, server_domain
+from router.config import ConnectorConfig, ListenerConfig
 from router.security.users import UsersFile, UsersFileError
 
 

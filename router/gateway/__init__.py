@@ -41,8 +41,8 @@ class Gateways:
     def __init__(self, configs: Sequence[BrokerConfig], node_id: str, loop: asyncio.AbstractEventLoop,
                  attach: Callable[[socket.socket, str], object], core: Any) -> None:
         """``attach(sock, peer)`` hands the node one end of a socketpair, as an accepted client."""
-        from router.gateway.gateway import BrokerGateway
         from router.adapter.inprocess import NodeConnection
+        from router.gateway.gateway import BrokerGateway
 
         pika_log = logging.getLogger("pika")
         if pika_log.level == logging.NOTSET:      # pika logs each step (INFO) and each failure (ERROR)

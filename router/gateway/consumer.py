@@ -31,9 +31,9 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from router.adapter.inprocess import ACCEPTED, MODIFIED, REJECTED, NodeLink
 from router.gateway.delivery091 import GatewayConnection
 from router.gateway.mapping import from_091
-from router.adapter.inprocess import ACCEPTED, MODIFIED, REJECTED, NodeLink
 from router.gateway.topology import Topology
 
 if TYPE_CHECKING:

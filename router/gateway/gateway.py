@@ -25,13 +25,13 @@ from typing import Any
 
 import pika
 
+from router.adapter.inprocess import NodeConnection
 from router.addressing import address_key
 from router.gateway.backoff import Backoff
 from router.gateway.config import BrokerConfig
 from router.gateway.consumer import FromBroker
 from router.gateway.delivery091 import GatewayConnection
 from router.gateway.liveness import Watchdog, abort
-from router.adapter.inprocess import NodeConnection
 from router.gateway.ownership import BridgeLocks
 from router.gateway.publisher import Confirms, ToBroker
 from router.gateway.topology import Topology, topology

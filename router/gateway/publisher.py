@@ -23,8 +23,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from router.gateway.mapping import TAG_HEADER, MappingError, Outgoing, to_091
 from router.adapter.inprocess import ACCEPTED, REJECTED, RELEASED, NodeLink
+from router.gateway.mapping import TAG_HEADER, MappingError, Outgoing, to_091
 from router.gateway.topology import Topology
 from router.gateway.wire091 import FramePublisher
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from proton import Delivery, Link, Message
 
+from router.adapter.routerlinks import RouterLink
 from router.gateway.local import LocalConnection
 from router.management.entities import NodeEntities
 from router.management.requests import answer
-from router.adapter.routerlinks import RouterLink
 
 log = logging.getLogger(__name__)
 

@@ -12,16 +12,10 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from cproton_ffi import ffi
-from cproton_ffi.lib import (
-    pn_connection_remote_container,
-    pn_link_name,
-    pn_link_queued,
-)
-
 from router import __version__
-from router.forwarding.core import Consumer, Producer
+from router.adapter.handles import link_id, link_name, link_queued
 from router.adapter.routerlinks import RouterLink
+from router.forwarding.core import Consumer, Producer
 
 ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "node": (
@@ -61,10 +55,6 @@ def canonical_type(name: str) -> str | None:
             break
     name = ALIASES.get(name, name)
     return name if name in ATTRIBUTES else None
-
-
-def _text(p: object) -> str | None:
-    return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
 
 
 class NodeEntities:
@@ -135,7 +125,7 @@ class NodeEntities:
             rows.append({
                 "identity": str(conn.ident),
                 "host": conn.peer,
-                "container": _text(pn_connection_remote_container(conn.pn_conn)),
+                "container": conn.remote_container,
                 "role": "internal" if conn.internal else conn.role,
                 "dir": "out" if conn.client else "in",
                 "security": getattr(conn, "security", None) or "no-security",
@@ -156,8 +146,7 @@ class NodeEntities:
     def _link(self, handle: object, rec: Consumer | Producer | RouterLink) -> dict[str, Any]:
         conn = rec.conn
         row: dict[str, Any] = dict.fromkeys(ATTRIBUTES["link"])
-        row.update(identity=f"l{int(ffi.cast('uintptr_t', handle)):x}", connectionId=str(conn.ident),
-                   linkName=_text(pn_link_name(handle)),
+        row.update(identity=link_id(handle), connectionId=str(conn.ident), linkName=link_name(handle),
                    peerNode=conn.router.node_id if conn.router is not None else None)
         if rec.__class__ is RouterLink:
             row.update(linkType="router-control", linkDir="out" if rec.outgoing else "in")
@@ -166,7 +155,7 @@ class NodeEntities:
             held = len(rec.held) if rec.held else 0
             row.update(linkType="inter-router" if rec.peer is not None else "endpoint", linkDir="out",
                        owningAddr=rec.address.key if rec.peer is None else None,
-                       undeliveredCount=pn_link_queued(handle) + held, unsettledCount=rec.unsettled)
+                       undeliveredCount=link_queued(handle) + held, unsettledCount=rec.unsettled)
         else:
             row.update(linkType="inter-router" if rec.router else "endpoint", linkDir="in",
                        owningAddr=rec.address.key if rec.address is not None else None,

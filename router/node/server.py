@@ -19,16 +19,16 @@ import time
 
 from cproton_ffi.lib import pn_connection_close, pn_transport_connection, pn_transport_tick
 
+from router.adapter.connection import Connection
+from router.adapter.engine import Engine
+from router.adapter.pump import pump
 from router.addressing import AddressRules
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
 from router.management.histogram import FORWARDING_BOUNDS, Histogram
-from router.adapter.connection import Connection
 from router.node.connectors import Connector
-from router.adapter.engine import Engine
 from router.node.mesh import MeshControl
-from router.adapter.pump import pump
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close

@@ -31,17 +31,10 @@ from __future__ import annotations
 
 import time
 
-from cproton_ffi import ffi
-
+from router.adapter.handles import link_id
 from router.telemetry import DROPPED, PRESETTLED
 from router.telemetry.columns import DeliveryColumns
 from router.telemetry.process import WriterProcess
-
-
-def link_id(link: object) -> str:
-    """A node-local id for a Proton link, stable while the link lives."""
-    return f"l{int(ffi.cast('uintptr_t', link)):x}"
-
 
 CLIENT = "client"
 ROUTER = "inter-router"

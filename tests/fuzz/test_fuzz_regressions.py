@@ -38,10 +38,10 @@ import time
 from cproton_ffi.lib import pn_collector, pn_collector_peek, pn_collector_pop
 from proton import Message
 
+from router.adapter.connection import Connection
 from router.linkstate import LinkStateConfig, LinkStateEngine
 from router.linkstate.flood import flood_key
 from router.logs import LogOnce
-from router.adapter.connection import Connection
 from tests.fuzz import gen
 from tests.integration.helpers import (
     AMQP_HEADER,

@@ -7,10 +7,10 @@ from cproton_ffi.lib import PN_LINK_REMOTE_OPEN
 from proton import Connection as PnConnection
 from proton import Transport
 
-from router.addressing import AddressRules
-from router.forwarding.core import RouterCore
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
+from router.addressing import AddressRules
+from router.forwarding.core import RouterCore
 
 
 def _client_bytes() -> tuple[Transport, PnConnection]:
