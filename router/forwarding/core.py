@@ -194,6 +194,10 @@ class RouterCore:
         self._origins_cache: Mapping[str, frozenset[str]] | None = None
         self._node_addresses: dict[str, Address] = {}   # node -> its `_topo/0/<node>/` route
         self._topo = topo_prefix(node_id)
+        # addresses whose consumers someone watches (key -> watchers), and those changed since
+        # `take_watched_changes` was last called
+        self._watched: dict[str, int] = {}
+        self._watch_changed: set[str] = set()
 
     # ---- address table -------------------------------------------------------------------------------
     def lookup(self, name: str) -> Address | None:
@@ -252,11 +256,38 @@ class RouterCore:
             if address_key(name, self.node_id) not in self.addresses:
                 return name
 
+    # ---- watched addresses -------------------------------------------------------------------------------
+    def watch(self, key: str) -> None:
+        """Report changes of the consumers (local or remote) of routing key `key` from now on."""
+        self._watched[key] = self._watched.get(key, 0) + 1
+
+    def unwatch(self, key: str) -> None:
+        n = self._watched.get(key, 0) - 1
+        if n > 0:
+            self._watched[key] = n
+        else:
+            self._watched.pop(key, None)
+            self._watch_changed.discard(key)
+
+    def take_watched_changes(self) -> set[str]:
+        """Watched keys whose local consumers or remote destinations changed since the last call."""
+        changed, self._watch_changed = self._watch_changed, set()
+        return changed
+
+    def consumers_of(self, key: str, exclude_conn: object = None) -> int:
+        """Local consumers of `key` not on connection `exclude_conn`, plus its remote destinations."""
+        a = self.addresses.get(key)
+        if a is None:
+            return 0
+        return sum(1 for c in a.consumers if c.conn is not exclude_conn) + len(a.remote)
+
     # ---- links ---------------------------------------------------------------------------------------
     def add_consumer(self, handle: object, conn: object, source: str) -> Consumer:
         a = self._address(source)
         c = Consumer(handle, conn, a, source)
         a.consumers.append(c)
+        if a.key in self._watched:
+            self._watch_changed.add(a.key)
         if len(a.consumers) == 1 and self.on_local_address is not None and self._mobile(a.key):
             self.on_local_address(a.key, True)
         return c
@@ -320,6 +351,8 @@ class RouterCore:
         a = c.address
         if c in a.consumers:
             a.consumers.remove(c)
+            if a.key in self._watched:
+                self._watch_changed.add(a.key)
         left = [(od, e) for od, e in self.in_flight.items() if e[2] is c]
         for od, e in left:
             del self.in_flight[od]
@@ -460,6 +493,8 @@ class RouterCore:
                 d.cost, d.out = cost, out
             remote.append(d)
         remote.sort(key=lambda d: (d.cost, d.node))
+        if a.key in self._watched and [d.node for d in remote] != [d.node for d in a.remote]:
+            self._watch_changed.add(a.key)
         a.remote = remote
         by_link: dict[Consumer, set[str]] = {}
         for d in remote:

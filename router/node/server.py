@@ -16,13 +16,14 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 
 from cproton_ffi.lib import pn_connection_close, pn_transport_connection, pn_transport_tick
 
 from router.adapter.connection import Connection
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
-from router.addressing import AddressRules
+from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
@@ -76,6 +77,7 @@ class NodeServer:
         self._counted: dict[Connection, Listener] = {}   # accepted connections -> their listener
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
+        self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
         self._tick_handle: asyncio.TimerHandle | None = None
         self.stopped = loop.create_future()
         self.gateways: object = None        # router.gateway.Gateways when `brokers:` is configured
@@ -299,7 +301,38 @@ class NodeServer:
         except Exception:                    # a bug must not take the whole node down silently
             log.exception("internal error while processing events")
         self._reap()
+        if self._watchers:
+            self._notify_watchers()
         self.pump_latency.observe(time.time() - now)
+
+    # ---- address watches (the broker gateway follows its addresses' consumers) --------------------------
+    def watch_address(self, address: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call `callback()` after every pump in which the consumers of `address` (local or remote)
+        changed; returns the function that stops it."""
+        key = address_key(address, self.config.node_id)
+        self.core.watch(key)
+        self._watchers.setdefault(key, []).append(callback)
+
+        def unwatch() -> None:
+            callbacks = self._watchers.get(key)
+            if callbacks and callback in callbacks:
+                callbacks.remove(callback)
+                self.core.unwatch(key)
+                if not callbacks:
+                    del self._watchers[key]
+        return unwatch
+
+    def consumers_of(self, address: str, exclude_conn: object = None) -> int:
+        """Consumers of `address` in the mesh: local ones not on `exclude_conn`, plus remote nodes."""
+        return self.core.consumers_of(address_key(address, self.config.node_id), exclude_conn)
+
+    def _notify_watchers(self) -> None:
+        for key in self.core.take_watched_changes():
+            for callback in list(self._watchers.get(key, ())):
+                try:
+                    callback()
+                except Exception:
+                    log.exception("internal error in a watcher of %s", key)
 
     def _write_interest(self, conn: Connection, on: bool) -> None:
         if on:

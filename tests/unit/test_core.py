@@ -283,3 +283,19 @@ def test_credit_is_topped_up_at_half_window():
     core.sent(p, c, "c0", "oc0")                # credit 8: half the window
     core.settle("oa2")
     assert grants(core)[0] == {"p": 1}          # only 1 due, but the producer is down to half
+
+
+def test_watched_address_reports_local_consumer_changes_only_for_watched_keys():
+    core = make_core()
+    core.watch("q")
+    c = core.add_consumer("c", "conn-1", "q")
+    core.add_consumer("o", "conn-1", "other")
+    assert core.take_watched_changes() == {"q"}
+    assert core.take_watched_changes() == set()
+    assert core.consumers_of("q") == 1 and core.consumers_of("q", exclude_conn="conn-1") == 0
+    core.remove_consumer(c)
+    assert core.take_watched_changes() == {"q"}
+    assert core.consumers_of("q") == 0
+    core.unwatch("q")
+    core.add_consumer("c2", "conn-2", "q")
+    assert core.take_watched_changes() == set()
