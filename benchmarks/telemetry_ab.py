@@ -47,7 +47,7 @@ VARIANTS = ("off", "thread", "nohooks", "nowrite", "on")
 # run by `python -c` before `router.cli.main(["run", CFG])`
 PATCHES = {
     "thread": "import threading; threading.Thread(target=threading.Event().wait, daemon=True).start()",
-    "nohooks": "import router.node.telemetry as t; t.NodeTelemetry = lambda writer, node_id: None",
+    "nohooks": "import router.telemetry.observer as t; t.NodeTelemetry = lambda writer, node_id: None",
     "nowrite": "import router.telemetry.process as w; w.WriterProcess.deliveries = lambda self, batch: None",
 }
 

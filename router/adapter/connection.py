@@ -237,11 +237,15 @@ class Connection:
             pn_link_set_max_message_size(link, self.max_message_size)
         return None
 
-    def refuse(self, name: bytes, description: bytes) -> None:
-        """Answer the peer's Open with a Close carrying this error: the connection ends there."""
+    def set_close_condition(self, name: bytes, description: bytes) -> None:
+        """The error condition our Close will carry."""
         cond = pn_connection_condition(self.pn_conn)
         pn_condition_set_name(cond, name)
         pn_condition_set_description(cond, description)
+
+    def refuse(self, name: bytes, description: bytes) -> None:
+        """Answer the peer's Open with a Close carrying this error: the connection ends there."""
+        self.set_close_condition(name, description)
         pn_connection_open(self.pn_conn)
         pn_connection_close(self.pn_conn)
 

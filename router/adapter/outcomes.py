@@ -1,7 +1,9 @@
-"""Copying a consumer's delivery outcome back to the producer's delivery, details included.
+"""Outcomes given to a producer's delivery: a consumer's copied back with its details, or the node's own.
 
 `pn_delivery_update` copies only the outcome type; a rejection's error condition and a modified
-outcome's flags and annotations are copied here explicitly, since clients rely on them.
+outcome's flags and annotations are copied here explicitly, since clients rely on them. Every outcome
+object has `outcome` (the code) and `apply(delivery)`, so an outcome decided early (a streamed message
+answered before its last frame, a multicast group's best copy) can be applied later.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from cproton_ffi.lib import (
     pn_disposition_set_undeliverable,
 )
 
-from router.forwarding.core import MODIFIED, REJECTED
+from router.forwarding.records import MODIFIED, REJECTED
 
 
 def copy_outcome(src_dlv: object, dst_dlv: object, outcome: int) -> None:
@@ -115,3 +117,41 @@ def set_rejected(dst_dlv: object, name: bytes, description: bytes) -> None:
     pn_condition_set_name(dc, name)
     pn_condition_set_description(dc, description)
     pn_delivery_update(dst_dlv, REJECTED)
+
+
+class NodeOutcome:
+    """An outcome made by the node itself (ACCEPTED for a hand-over, RELEASED, MODIFIED delivery-failed)."""
+
+    __slots__ = ("outcome",)
+
+    def __init__(self, outcome: int) -> None:
+        self.outcome = outcome
+
+    def apply(self, dst_dlv: object) -> None:
+        if self.outcome == MODIFIED:
+            set_modified(dst_dlv, failed=True)
+        else:
+            pn_delivery_update(dst_dlv, self.outcome)
+
+
+class Rejection:
+    """REJECTED by the node, with an error condition (e.g. amqp:decode-error and why)."""
+
+    __slots__ = ("name", "description")
+    outcome = REJECTED
+
+    def __init__(self, name: bytes, description: bytes) -> None:
+        self.name = name
+        self.description = description
+
+    def apply(self, dst_dlv: object) -> None:
+        set_rejected(dst_dlv, self.name, self.description)
+
+
+def oversize(limit: int) -> Rejection:
+    """REJECTED for a transfer bigger than its connection's max_message_size (a listener limit)."""
+    return Rejection(b"amqp:link:message-size-exceeded",
+                     f"message larger than this connection's max-message-size of {limit} bytes".encode())
+
+
+NO_TO = Rejection(b"amqp:precondition-failed", b"anonymous relay: the message has no readable 'to' address")

@@ -28,7 +28,8 @@ def pump(engine: object, write_interest: WriteInterest) -> None:
 
 def flush_dirty(engine: object, write_interest: WriteInterest) -> None:
     """Write every connection with output; watch full sockets; tear down finished connections."""
-    dirty, engine.dirty = engine.dirty, set()
+    dirty = list(engine.dirty)          # the set is shared with the engine's parts: emptied, not replaced
+    engine.dirty.clear()
     for conn in dirty:
         if not conn.alive:
             continue

@@ -1,12 +1,20 @@
-"""Inter-router connections: the links between two nodes and how they are opened and recognised.
+"""Inter-router connections: their links, the control messages on them, and the mesh's routes.
 
 Between neighbours there is one control link pair (terminus capability `qd.router`) and one data link pair
 (`qd.router-data`), as in Qpid Dispatch Router. The connecting side (a connector) opens a session and the
 four links; the listening side recognises them by capability. Control traffic has its own links, so it is
-never stuck behind data.
+never stuck behind data. The data links become records of the forwarding core: the data-out link a
+consumer that every remotely served address can use, the data-in link a producer routed per message.
+
+`RouterLinks` is the glue between the engine and the control plane (router.node.mesh.MeshControl, given
+as `mesh`): it tells the control plane when a peer's control links are up or down, hands it the control
+messages that arrive, sends the ones it returns, and gives the core the control plane's view of the mesh
+(`sync_routes`) once per pump when it changed.
 """
 
 from __future__ import annotations
+
+import logging
 
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
@@ -14,13 +22,27 @@ from cproton_ffi.lib import (
     PN_REMOTE_ACTIVE,
     PN_SND_SETTLED,
     PN_SYMBOL,
+    pn_connection_close,
     pn_connection_remote_container,
     pn_connection_remote_properties,
     pn_data_enter,
     pn_data_exit,
     pn_data_put_array,
     pn_data_put_symbol,
+    pn_delivery,
+    pn_delivery_partial,
+    pn_delivery_pending,
+    pn_delivery_readable,
+    pn_delivery_settle,
+    pn_link_advance,
+    pn_link_credit,
+    pn_link_flow,
+    pn_link_is_sender,
     pn_link_open,
+    pn_link_recv,
+    pn_link_remote_source,
+    pn_link_remote_target,
+    pn_link_send,
     pn_link_set_snd_settle_mode,
     pn_link_source,
     pn_link_state,
@@ -33,6 +55,10 @@ from cproton_ffi.lib import (
     pn_terminus_capabilities,
 )
 from proton import Data
+
+from router.adapter.endpoints import SESSION_CAPACITY, refuse
+
+log = logging.getLogger(__name__)
 
 CONTROL = "qd.router"
 DATA = "qd.router-data"
@@ -150,3 +176,145 @@ def open_router_links(pn_conn: object, node_id: str, session_capacity: int) -> l
             pn_link_open(link)
             made.append((RouterLink(kind, outgoing, None, link), outgoing))
     return made
+
+
+class RouterLinks:
+    """The inter-router side of one engine: peers' links, control messages, and routes for the core."""
+
+    def __init__(self, engine: object) -> None:
+        self.engine = engine
+        self.core = engine.core
+        self.node_id = engine.node_id
+        self.links = engine.links
+        self.dirty = engine.dirty
+        # the control plane (router.node.mesh.MeshControl): told when peers' control links come and go,
+        # given the control messages that arrive; None on an engine without one
+        self.mesh: object = None
+        self._links_epoch = 0        # bumped when a data link to a peer comes or goes
+        self._routes_synced: tuple[int, int, int] | None = None
+        self._tagnum = ffi.new("uint64_t *")
+        self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
+
+    # ---- connections and links ---------------------------------------------------------------------------
+    def connection_opened(self, conn: object) -> None:
+        """The peer's Open arrived on an inter-router connection: learn who it is; a connector opens the
+        links."""
+        c = conn.pn_conn
+        conn.router = peer = peer_from_open(c, conn.cost)
+        conn.kind = "inter-router"
+        if peer.node_id == self.node_id:
+            log.error("inter-router connection %s leads back to this node (%s): closing it",
+                      conn.peer, self.node_id)
+            conn.set_close_condition(b"qd:connection-role", b"connected to itself")
+            pn_connection_close(c)
+            return
+        log.info("inter-router connection %s to node %s (cost %d)", conn.peer, peer.node_id, peer.cost)
+        if conn.client:
+            for rl, is_sender in open_router_links(c, self.node_id, SESSION_CAPACITY):
+                self._register(rl, conn, is_sender)
+
+    def attached(self, link: object, conn: object) -> None:
+        """The peer node attached one of the inter-router links (we are the listening side)."""
+        is_sender = bool(pn_link_is_sender(link))
+        caps = capabilities(pn_link_remote_source(link)) | capabilities(pn_link_remote_target(link))
+        kind = CONTROL if CONTROL in caps else DATA if DATA in caps else None
+        if kind is None or conn.router is None:
+            refuse(link, b"qd:connection-role", b"an inter-router connection carries only inter-router links")
+            return
+        pn_link_open(link)
+        self._register(RouterLink(kind, is_sender, conn, link), conn, is_sender)
+        self.up_check(conn)
+
+    def _register(self, rl: RouterLink, conn: object, is_sender: bool) -> None:
+        """Control links stay RouterLinks; the data links become a core consumer (out) and producer (in)."""
+        rl.conn = conn
+        peer = conn.router
+        peer.add(rl)
+        conn.links.add(rl.handle)
+        if rl.kind == CONTROL:
+            self.links[rl.handle] = rl
+            if not is_sender:
+                pn_link_flow(rl.handle, CONTROL_CREDIT)
+            return
+        if is_sender:
+            self.links[rl.handle] = peer.data_consumer = self.core.add_router_consumer(
+                rl.handle, conn, peer.node_id)
+        else:
+            self.links[rl.handle] = self.core.add_router_producer(rl.handle, conn, peer.node_id)
+        self.routes_changed()
+
+    def up_check(self, conn: object) -> None:
+        """Both control links of `conn` are open both ways: the control plane may use it."""
+        peer = conn.router
+        if peer is not None and not peer.up and peer.control_ready():
+            peer.up = True
+            if self.mesh is not None:
+                self.mesh.link_up(conn, peer)
+
+    def router_down(self, conn: object) -> None:
+        peer = conn.router
+        if peer is not None and peer.up:
+            peer.up = False
+            if self.mesh is not None:
+                self.mesh.link_down(conn, peer)
+
+    # ---- control messages --------------------------------------------------------------------------------
+    def send_control(self, conn: object, data: bytes) -> None:
+        """Send one encoded control message (pre-settled) to the peer at the end of `conn`."""
+        peer = conn.router
+        if not conn.alive or peer is None or peer.control_out is None:
+            return
+        out = peer.control_out
+        self._tagnum[0] += 1
+        od = pn_delivery(out, self._tag)
+        pn_link_send(out, data, len(data))
+        pn_link_advance(out)
+        pn_delivery_settle(od)
+        self.dirty.add(conn)
+
+    def on_delivery(self, d: object, link: object, rl: RouterLink) -> None:
+        """A transfer (or an outcome) on a control link."""
+        if rl.outgoing:
+            pn_delivery_settle(d)
+            return
+        if not pn_delivery_readable(d) or pn_delivery_partial(d):
+            return                                   # control messages are read once complete
+        n = pn_delivery_pending(d)
+        buf = ffi.new("char[]", max(n, 1))
+        n = pn_link_recv(link, buf, n)
+        pn_link_advance(link)
+        pn_delivery_settle(d)
+        if pn_link_credit(link) < CONTROL_CREDIT // 2:
+            pn_link_flow(link, CONTROL_CREDIT - max(pn_link_credit(link), 0))
+            self.dirty.add(rl.conn)
+        if self.mesh is not None and n > 0:
+            self.mesh.on_control(rl.conn, ffi.buffer(buf, n)[:])
+
+    # ---- the mesh's view, given to the core ------------------------------------------------------------
+    def routes_changed(self) -> None:
+        """A data link to a peer came or went: the core's remote destinations need a new look."""
+        self._links_epoch += 1
+
+    def sync_routes(self) -> None:
+        """Tell the control plane about local addresses gained or lost, let it act, and give the core its
+        current view when that changed (cheap when nothing did)."""
+        mesh = self.mesh
+        if mesh is None:
+            return
+        for key, present in self.core.take_local_address_changes():
+            mesh.local_address(key, present)
+        if mesh.pending:                # act now (paths, address updates), not at the next timer tick
+            mesh.tick()
+        ls = mesh.ls
+        epoch = (ls.routes_epoch, ls.addresses_epoch, self._links_epoch)
+        if epoch == self._routes_synced:
+            return
+        self._routes_synced = epoch
+        nodes = {}
+        for node, cost in ls.costs.items():
+            conn = ls.link_to(node)
+            peer = getattr(conn, "router", None)
+            out = peer.data_consumer if peer is not None else None
+            if out is not None and out.alive and conn.alive:
+                nodes[node] = (cost, out)
+        self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins)

@@ -18,8 +18,6 @@ import sys
 import time
 from collections.abc import Callable
 
-from cproton_ffi.lib import pn_connection_close, pn_transport_connection, pn_transport_tick
-
 from router.adapter.connection import Connection
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
@@ -60,17 +58,16 @@ class NodeServer:
         self.core = RouterCore(config.node_id, rules, config.link_capacity)
         self.core.tick(time.time())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
-        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.send_control)
+        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control)
         self.engine.mesh = self.mesh
-        self.core.on_local_address = self.mesh.local_address
         self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
         if config.telemetry is not None:
-            from router.node.telemetry import NodeTelemetry
+            from router.telemetry.observer import NodeTelemetry
             from router.telemetry.process import WriterProcess
 
             writer = WriterProcess(config.telemetry, config.node_id, log_level=config.log_level,
                                    log_levels=config.log_levels)
-            self.engine.tel = NodeTelemetry(writer, config.node_id)
+            self.engine.observer = NodeTelemetry(writer, config.node_id)
         self._mesh_handle: asyncio.TimerHandle | None = None
         self.listeners: list[tuple[socket.socket, str]] = []
         self.bound: list[Listener] = []      # the same listeners with their policies and counts
@@ -125,14 +122,12 @@ class NodeServer:
         if self._mesh_handle is not None:
             self._mesh_handle.cancel()
         for conn in list(self.engine.conns.values()):
-            if conn.alive:                  # say goodbye properly so peers do not see an abort
-                pn_connection_close(conn.pn_conn)
-                conn.flush()
+            self.engine.close(conn)         # say goodbye properly so peers do not see an abort
             self._close_socket(conn)
             self.engine.kill(conn)
         self._reap()
-        if self.engine.tel is not None:
-            self.engine.tel.close()                 # writes what is pending
+        if self.engine.observer is not None:
+            self.engine.observer.close()            # writes what is pending
         if self._tick_handle is not None:
             self._tick_handle.cancel()
         if not self.stopped.done():
@@ -251,7 +246,7 @@ class NodeServer:
         return out
 
     def _conn_of_transport(self, transport: object) -> Connection | None:
-        return self.engine.conns.get(pn_transport_connection(transport))
+        return self.engine.conn_of_transport(transport)
 
     def _wake(self, conn: Connection) -> None:
         """Something changed a connection outside the pump (a SASL outcome): write it out."""
@@ -294,8 +289,8 @@ class NodeServer:
         engine = self.engine
         now = time.time()                       # one clock read per batch: in-flight stamps, latency
         engine.core.tick(now)
-        if engine.tel is not None:
-            engine.tel.tick(now)
+        if engine.observer is not None:
+            engine.observer.tick(now)
         try:
             pump(engine, self._write_interest)
         except Exception:                    # a bug must not take the whole node down silently
@@ -367,12 +362,7 @@ class NodeServer:
     # ---- timers -------------------------------------------------------------------------------------------
     def _tick(self) -> None:
         """Drive Proton's idle-timeout processing (heartbeats out, silent peers dropped)."""
-        now_ms = int(time.monotonic() * 1000)
-        engine = self.engine
-        for conn in list(engine.conns.values()):
-            if conn.alive:
-                pn_transport_tick(conn.pn_transport, now_ms)
-                engine.dirty.add(conn)
+        self.engine.tick(int(time.monotonic() * 1000))
         self._schedule()
         timeout = self._shortest_idle_timeout()
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0

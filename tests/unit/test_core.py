@@ -4,6 +4,18 @@ import random
 
 from router.addressing import AddressRules
 from router.forwarding.core import ACCEPTED, MODIFIED, REJECTED, RELEASED, RouterCore
+from router.forwarding.decisions import (
+    BEST,
+    DONE,
+    HANDED_OVER,
+    HOLD,
+    PRESETTLED,
+    TO_MANY,
+    TO_ONE,
+    TRACKED,
+    UNROUTABLE,
+    Refusal,
+)
 
 
 def make_core(capacity=10, backlog=None):
@@ -57,13 +69,13 @@ def test_credit_returns_only_as_deliveries_settle():
     core.consumer_credit(c, 100)
     assert grants(core)[0] == {"p": 3}
     for i in range(3):
-        p.credit -= 1                           # the adapter counts each arrival
+        core.arrived(p)                         # the adapter reports each arrival
         assert core.pick(c.address) is c
-        core.sent(p, c, f"in{i}", f"out{i}")
+        core.sent(p, c, f"in{i}", f"out{i}", False)
     assert p.in_flight == 3
     assert grants(core)[0] == {}                # capacity in flight: no credit
     e = core.settle("out1")
-    assert e[:3] == ("in1", p, c)
+    assert (e.in_dlv, e.producer, e.consumer) == ("in1", p, c)
     assert grants(core)[0] == {"p": 1}
     assert p.in_flight == 2 and c.unsettled == 2
 
@@ -74,7 +86,7 @@ def test_presettled_returns_credit_immediately():
     c = core.add_consumer("c", "conn", "q")
     core.consumer_credit(c, 10)
     grants(core)
-    p.credit -= 1
+    core.arrived(p)
     core.sent_presettled(p, (c,))
     assert grants(core)[0] == {"p": 1}
     assert p.in_flight == 0
@@ -102,8 +114,8 @@ def test_consumer_without_credit_stops_replenishment_until_it_flows():
     c = core.add_consumer("c", "conn", "q")
     core.consumer_credit(c, 1)
     grants(core)
-    p.credit -= 1
-    core.sent(p, c, "in", "out")                # uses the consumer's last credit
+    core.arrived(p)
+    core.sent(p, c, "in", "out", False)         # uses the consumer's last credit
     assert not c.address.ready
     core.settle("out")
     assert grants(core)[0] == {}                # no consumer with credit: nothing yet
@@ -174,9 +186,9 @@ def test_multicast_fanout_and_outcome_priority():
     results = []
     for i, outcome in enumerate([RELEASED, ACCEPTED, MODIFIED, REJECTED]):
         e = core.settle(f"out{i}")
-        assert e[3] is g
-        results.append(core.copy_outcome(g, outcome))
-    assert results == [True, True, False, True]
+        assert e.group is g
+        results.append(core.copy_settled(g, outcome))
+    assert results == [BEST, BEST, 0, BEST | DONE]
     assert g.pending == 0 and g.outcome == REJECTED
     core.group_done(g)
     assert p.in_flight == 0
@@ -203,13 +215,14 @@ def test_consumer_loss_returns_its_in_flight_and_leaves_no_trace():
     core.consumer_credit(c, 10)
     core.consumer_credit(other, 10)
     grants(core)
-    p.credit -= 3                               # three arrivals
-    core.sent(p, c, "in1", "out1")
-    core.sent(p, other, "in2", "out2")
-    core.sent(p, c, "in3", "out3")
+    for _ in range(3):
+        core.arrived(p)                         # three arrivals
+    core.sent(p, c, "in1", "out1", False)
+    core.sent(p, other, "in2", "out2", False)
+    core.sent(p, c, "in3", "out3", False)
     left = core.remove_consumer(c)
     assert sorted(od for od, _ in left) == ["out1", "out3"]
-    assert [e[4] for _, e in sorted(left)] == [1, 2]       # sequence numbers on that link
+    assert [e.seq for _, e in sorted(left, key=lambda x: x[0])] == [1, 2]  # sequence numbers on that link
     assert p.in_flight == 1
     assert set(core.in_flight) == {"out2"}
     assert c not in c.address.consumers
@@ -240,7 +253,8 @@ def test_unsettled_unroutable_counts_released():
     core = make_core()
     p = core.add_producer("p", "conn", None)
     grants(core)
-    p.credit -= 5                               # five arrivals, none routable
+    for _ in range(5):
+        core.arrived(p)                         # five arrivals, none routable
     core.unroutable(p, presettled=False)
     core.unroutable(p, presettled=True)
     counters = core.snapshot()["counters"]
@@ -256,8 +270,8 @@ def test_credit_is_topped_up_in_batches():
     assert grants(core)[0] == {"p": 16}
     seen = []
     for i in range(4):
-        p.credit -= 1
-        core.sent(p, c, f"in{i}", f"out{i}")
+        core.arrived(p)
+        core.sent(p, c, f"in{i}", f"out{i}", False)
         core.settle(f"out{i}")
         seen.append(grants(core)[0])
     assert seen == [{}, {"p": 2}, {}, {"p": 2}]
@@ -270,17 +284,17 @@ def test_credit_is_topped_up_at_half_window():
     core.consumer_credit(c, 1000)
     grants(core)
     for i in range(3):                          # three in flight, unsettled
-        p.credit -= 1
-        core.sent(p, c, f"a{i}", f"oa{i}")
+        core.arrived(p)
+        core.sent(p, c, f"a{i}", f"oa{i}", False)
     core.settle("oa0")
     assert grants(core)[0] == {}                # 1 due, less than a batch, 13 credit left: wait
     for i in range(6):                          # six more in flight: credit 7, below half
-        p.credit -= 1
-        core.sent(p, c, f"b{i}", f"ob{i}")
+        core.arrived(p)
+        core.sent(p, c, f"b{i}", f"ob{i}", False)
     core.settle("oa1")
     assert grants(core)[0] == {"p": 2}          # due 2 (a batch): credit 9
-    p.credit -= 1
-    core.sent(p, c, "c0", "oc0")                # credit 8: half the window
+    core.arrived(p)
+    core.sent(p, c, "c0", "oc0", False)         # credit 8: half the window
     core.settle("oa2")
     assert grants(core)[0] == {"p": 1}          # only 1 due, but the producer is down to half
 
@@ -299,3 +313,104 @@ def test_watched_address_reports_local_consumer_changes_only_for_watched_keys():
     core.unwatch("q")
     core.add_consumer("c2", "conn-2", "q")
     assert core.take_watched_changes() == set()
+
+
+# ---- decisions as data: route, send modes, attach, detach ------------------------------------------------
+def test_attach_refusals_are_data():
+    core = make_core()
+    assert core.attach_consumer("c", "conn", None) == Refusal(
+        "amqp:invalid-field", "the source address is not valid UTF-8")
+    assert core.attach_consumer("c", "conn", "amqp:/") == Refusal(
+        "amqp:invalid-field", "a receiving link needs a source address")
+    assert core.attach_producer("p", "conn", "x", dynamic=True).condition == "amqp:not-implemented"
+    assert core.attach_producer("p", "conn", None).condition == "amqp:invalid-field"
+    dyn = core.attach_consumer("d", "conn", None, dynamic=True, at_most_once=True)
+    assert dyn.name.startswith("amqp:/_topo/0/A/temp.") and dyn.presettle
+    assert core.attach_producer("anon", "conn", "").anonymous
+
+
+def test_route_decides_one_consumer_hold_many_or_nobody_and_counts():
+    core = make_core()
+    p = core.add_producer("p", "conn", "q")
+    grants(core)
+    assert core.route(p, None, False) == (UNROUTABLE, None, None)
+    c = core.add_consumer("c", "conn", "q")
+    core.consumer_credit(c, 10)
+    a = c.address
+    assert core.route(p, a, False) == (TO_ONE, c, None)
+    c.busy = True                               # a stream is going to it
+    assert core.route(p, a, False) == (HOLD, c, None)
+    assert core.route(p, a, False, streaming=True) == (UNROUTABLE, None, None)
+    assert (a.ingress, a.egress) == (2, 2)      # the unroutable one is not counted
+    assert p.credit == -3                       # each routed (non-streamed) arrival used a credit
+    m = [core.add_consumer(f"m{i}", "conn", "mc") for i in range(2)]
+    kind, targets, _ = core.route(p, m[0].address, False)
+    assert (kind, targets) == (TO_MANY, m)
+    assert (m[0].address.ingress, m[0].address.egress) == (1, 2)
+
+
+def test_send_modes_are_one_table():
+    core = make_core()
+    p = core.add_producer("p", "conn", "q")
+    normal = core.add_consumer("n", "conn", "q")
+    amo = core.add_consumer("amo", "conn", "q")
+    amo.presettle = True
+    for c in (normal, amo):
+        core.consumer_credit(c, 10)
+    assert core.sent(p, normal, "i1", "o1", False) == TRACKED and "o1" in core.in_flight
+    assert core.sent(p, amo, "i2", "o2", False) == HANDED_OVER and "o2" not in core.in_flight
+    assert core.sent(p, normal, "i3", "o3", True) == PRESETTLED and "o3" not in core.in_flight
+    assert core.sent(p, amo, "i4", "o4", True) == PRESETTLED
+    assert (p.delivered, p.presettled, p.in_flight) == (4, 3, 1)
+    g = core.new_group("i5", p)
+    assert core.sent_copy(g, normal, "o5") == TRACKED
+    assert core.sent_copy(g, amo, "o6") == HANDED_OVER and g.pending == 2
+    assert core.sent_copy(None, amo, "o7") == PRESETTLED
+
+
+def test_detach_consumer_decides_released_for_unsent_and_modified_for_sent():
+    core = make_core()
+    p = core.add_producer("p", "conn", "q")
+    c = core.add_consumer("c", "conn", "q")
+    core.consumer_credit(c, 10)
+    for i in range(4):
+        core.sent(p, c, f"in{i}", f"out{i}", False)
+    decided = core.detach_consumer(c, queued=1)     # the last one never reached the wire
+    assert [(od, outcome) for od, _, outcome in decided] == [
+        ("out0", MODIFIED), ("out1", MODIFIED), ("out2", MODIFIED), ("out3", RELEASED)]
+
+
+def test_held_deliveries_wait_in_the_core_in_order():
+    from router.forwarding.records import Held
+
+    core = make_core()
+    p = core.add_producer("p", "conn", "q")
+    c = core.add_consumer("c", "conn", "q")
+    g = core.new_group("gin", p)
+    core.hold(c, Held(b"1", "in1", p, False, None, "q"))
+    core.hold(c, Held(b"2", "in2", p, False, g, "q"))
+    assert g.pending == 1
+    assert [h.payload for h in core.take_held(c)] == [b"1", b"2"]
+    assert core.take_held(c) == [] and c.held is None
+
+
+def test_settle_counts_outcomes_for_consumer_and_producer_once():
+    core = make_core()
+    p = core.add_producer("p", "conn", "q")
+    c = core.add_consumer("c", "conn", "q")
+    core.consumer_credit(c, 10)
+    core.sent(p, c, "in", "out", False)
+    core.sent(p, c, "in2", "out2", False)
+    core.settle("out", REJECTED, upstream=True)
+    core.settle("out2", ACCEPTED, upstream=False)   # e.g. a stream: upstream answered later
+    assert c.outcomes == [1, 1, 0, 0] and p.outcomes == [0, 1, 0, 0]
+
+
+def test_local_address_changes_are_taken_by_the_control_plane():
+    core = make_core()
+    c = core.add_consumer("c", "conn", "svc")
+    core.add_consumer("c2", "conn", "svc")
+    core.add_consumer("d", "conn", core.new_dynamic_address())     # node-scoped: not mobile
+    assert core.take_local_address_changes() == [("svc", True)]
+    core.remove_consumer(c)
+    assert core.take_local_address_changes() == []

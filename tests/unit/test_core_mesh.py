@@ -4,7 +4,9 @@ credit for peers' data links, node-scoped routes, hop limit."""
 import random
 
 from router.addressing import AddressRules
+from router.amqp.annotations import RouterAnnotations
 from router.forwarding.core import RouterCore
+from router.forwarding.decisions import TO_ONE, UNROUTABLE
 
 
 def make_core(capacity=8):
@@ -102,7 +104,7 @@ def test_balanced_sequential_calls_reach_every_server():
         c, rd = core.pick_mesh(a)
         seen.append(rd.node if rd else "A")
         p = core.add_producer(f"p{i}", "conn", None)
-        core.sent(p, c, f"in{i}", f"out{i}", rd)
+        core.sent(p, c, f"in{i}", f"out{i}", False, rd)
         core.settle(f"out{i}")                       # strictly sequential: settled before the next
     assert sorted(seen) == ["A", "A", "B", "B", "D", "D"]
 
@@ -123,7 +125,7 @@ def test_balanced_under_load_gives_farther_destinations_less():
         for k in range(2):
             c, rd = core.pick_mesh(a)
             od = f"out{tick}.{k}"
-            core.sent(p, c, "in", od, rd)
+            core.sent(p, c, "in", od, False, rd)
             counts[rd.node] += 1
             due.append((tick + latency[rd.node], od))
     assert counts["B"] > 1.5 * counts["D"] and counts["D"] > 20, counts
@@ -165,10 +167,10 @@ def test_peer_data_link_window_is_replenished_at_forward_time():
     assert grants(core)[0] == {"in": 8}
     local = core.add_consumer("loc", "conn", "svc")
     core.consumer_credit(local, 100)
+    a = local.address
     for i in range(8):
-        p.credit -= 1
-        core.sent(p, local, f"in{i}", f"out{i}")
-        core.forwarded(p)
+        assert core.route(p, a, False, came_from="B") == (TO_ONE, local, None)
+        core.sent(p, local, f"in{i}", f"out{i}", False)
     assert p.in_flight == 8
     assert grants(core)[0] == {"in": 8}              # nothing settled, the window is back anyway
 
@@ -179,7 +181,7 @@ def test_losing_a_data_link_leaves_its_deliveries_to_the_adapter_and_counts_clea
     a = core.addresses["svc"]
     p = core.add_producer("p", "conn", "svc")
     c, rd = core.pick_mesh(a)
-    core.sent(p, c, "in1", "out1", rd)
+    core.sent(p, c, "in1", "out1", False, rd)
     left = core.remove_consumer(outs["B"])
     assert [od for od, _ in left] == ["out1"] and rd.unsettled == 0 and p.in_flight == 0
     assert "svc" in core.addresses                    # the routes, not the link, decide the address
@@ -187,6 +189,10 @@ def test_losing_a_data_link_leaves_its_deliveries_to_the_adapter_and_counts_clea
 
 def test_hop_limit():
     core = make_core()
-    mesh(core, {})
-    assert core.route_hops_ok(3) and not core.route_hops_ok(4)
+    mesh(core, {"svc": ["B"]})
+    p = core.add_router_producer("in", "connB", "B")
+    a = core.addresses["svc"]
+    assert core.route(p, a, False, "C", RouterAnnotations(trace=("0/C", "0/D", "0/E")))[0] == TO_ONE
+    assert core.route(p, a, False, "C", RouterAnnotations(trace=("0/C", "0/D", "0/E", "0/F"))) == (
+        UNROUTABLE, None, None)                       # radius 2: at most 3 nodes in the trace
     assert core.counters["hop_limit"] == 1

@@ -410,81 +410,66 @@ def test_batches_bounded_drop_and_count(tmp_path, caplog):
 
 # ---- the node's hooks ---------------------------------------------------------------------------------
 def test_node_hooks_give_exact_records(tmp_path):
-    """NodeTelemetry as the engine drives it: the inlined hot path, the slow-path methods, pumps (tick),
-    hand-off by size and by age, close."""
-    from router.node.telemetry import NodeTelemetry
+    """NodeTelemetry as the adapter drives it (router.adapter.observer): routes carried in in-flight
+    entries, settlements, deliveries that end at once, multicast groups, streams, pumps (tick), hand-off
+    by size and by age, close."""
+    from types import SimpleNamespace
+
+    from router.amqp.annotations import RouterAnnotations
+    from router.forwarding.decisions import HANDED_OVER, PRESETTLED
+    from router.forwarding.records import Address, Consumer, InFlight, McastGroup, Producer, RemoteDest
+    from router.telemetry.observer import NodeTelemetry
     from router.telemetry.process import WriterProcess
 
     w = WriterProcess(TelemetryConfig(tmp_path), "A")      # the real child process
     tel = NodeTelemetry(w, "A", handoff_records=3, handoff_seconds=10)
-    sizes = {}                              # what the core's in-flight entries would hold
+    client, router = SimpleNamespace(kind="client"), SimpleNamespace(kind="inter-router")
+    p = Producer("p", client, Address("q", "balanced"), "q")
+    from_b = Producer("pb", router, None, "_router/B")
+    from_b.router = True
+    q = Consumer("q", client, Address("q", "balanced"), "q")
+    r = Consumer("r", client, Address("r", "closest"), "r")
+    to_c = Consumer("out", router, Address("_router/C", "closest"), "_router/C")
+    to_c.peer = "C"
+    toward_c = RemoteDest("C", 1, to_c)
+    via_b = RouterAnnotations(ingress="0/B", trace=["0/B", "0/X"])
 
-    class Address:                          # the core's, as far as telemetry uses it
-        def __init__(self, key):
-            self.key = key
-
-    class Consumer:
-        def __init__(self, address):
-            self.address = address
-
-    def forwarded_here(d, n):               # engine._on_delivery: core.sent(..., size=n)
-        sizes[d] = (n, -1)
-
-    def forwarded_mesh(d, n, address, *route):  # engine._to_mesh: the route id rides in the entry
-        rk = (address, *route)
-        rid = tel.route_ids.get(rk)
-        if rid is None:
-            rid = tel.route_id(rk, address, *route)
-        sizes[d] = (n, rid)
-
-    def entry(d, sent_at, c):               # the core's in-flight entry at settlement
-        return (d, None, c, None, 0, None, sent_at, *sizes.pop(d, (-1, -1)))
-
-    def settled_here(d, outcome, sent_at, c):   # engine._on_outcome, inlined
-        e = entry(d, sent_at, c)
-        v = e[7]
-        if v >= 0:
-            rid = e[8]
-            if rid < 0:
-                if outcome != tel.outcome or e[6] is not tel.arrived or c.address is not tel.address:
-                    tel.run(outcome, e[6], c.address)
-            elif rid != tel.rid or outcome != tel.outcome or e[6] is not tel.arrived:
-                tel.route_run(rid, outcome, e[6])
-            tel.sizes.append(v)
-        elif tel.mesh:
-            tel.settled(e, outcome, c)
-
-    q, r = Consumer(Address("q")), Consumer(Address("r"))
+    def sent(d, key, prod, c, n, ann=None, rd=None):    # what the adapter keeps in the in-flight entry
+        return InFlight(d, prod, c, None, 0, rd, tel_now[0], n, tel.route_of(key, prod, c, ann, rd))
 
     t1, t2, t3, t4 = T0 + 1, T0 + 2, T0 + 3, T0 + 30
+    tel_now = [t1]
     tel.tick(t1)
-    d1, d2, d3, d4, d5, d6, d7, d8, g = (object() for _ in range(9))
-    forwarded_here(d1, 100)
-    forwarded_here(d2, 0)
-    forwarded_here(d5, 2**41)
-    tel.sent(d3, 7, "q", "B", 2, "inter-router", "client", "")         # from a peer, consumed here
-    tel.sent(d4, 0, "q", None, 0, "client", "inter-router", "C")       # streamed toward C
-    forwarded_mesh(d7, 70, "q", "B", 2, "inter-router", "client", "")   # from a peer, consumed here
-    forwarded_mesh(d8, 80, "q", None, 0, "client", "inter-router", "C")  # toward C
-    tel.sent_group(g, 9, "m", None, 0, "client", "client", None)
-    tel.presettled_here("q", 5)
+    e1, e2, e5 = sent("d1", "q", p, q, 100), sent("d2", "q", p, q, 0), sent("d5", "r", p, r, 2**41)
+    assert e1.route == -1                                              # client to client here
+    e3 = sent("d3", "q", from_b, q, 7, via_b)                           # from a peer, consumed here
+    e8 = sent("d8", "q", p, to_c, 80, None, toward_c)                   # toward C
+    g = McastGroup("dg", p)
+    tel.multicast("m", p, None, [q, to_c], g, 9)
+    tel.forwarded_settled("q", p, q, None, None, PRESETTLED, 5)
+    stream = SimpleNamespace(key="q", ann=None, producer=p, group=None, presettled=False, in_dlv="d4",
+                             outs=[(to_c, "od4")], final=None, size=0, tel=None)
+    tel.stream_routed(stream, False, [to_c], toward_c)                  # streamed toward C
     tel.tick(t2)
-    forwarded_here(d6, 1)
-    settled_here(d2, 0x24, t1, q)
-    settled_here(d1, 0x26, t1, q)
-    settled_here(d5, 0x26, t1, r)
-    tel.grew(d4, 12345)
-    settled_here(object(), 0x24, t1, q)                                # not recorded: nothing happens
-    tel.unroutable("nowhere", 3)
-    tel.presettled("q", 4, False, "B", 1, "inter-router")
+    tel_now[0] = t2
+    e6 = sent("d6", "q", p, q, 1)
+    tel.settled(e2, 0x24)
+    tel.settled(e1, 0x26)
+    tel.settled(e5, 0x26)
+    tel.grew("d4", 12345)
+    tel.ended("nowhere", p, False, 3)
+    sunk = SimpleNamespace(key="q", ann=RouterAnnotations(ingress="0/B", trace=["0/B"]), producer=from_b,
+                           group=None, presettled=True, in_dlv="d9", outs=[], final=None, size=4, tel=None)
+    tel.stream_sunk(sunk)
+    tel.stream_ended(sunk, aborted=False)                               # pre-settled, went nowhere
     tel.tick(t3)                                                       # 6 records: handed off
-    settled_here(d3, 0x27, t1, q)                                      # not here: the mesh path
+    tel.settled(e3, 0x27)
     tel.group_settled(g, 0x25)
-    settled_here(d6, 0x24, t2, q)
-    settled_here(d7, 0x24, t1, q)
-    settled_here(d8, 0x24, t1, r)
+    tel.settled(e6, 0x24)
+    tel.forwarded_settled("q", p, q, None, None, HANDED_OVER, 2)
+    tel.settled(e8, 0x24)
     tel.tick(t4)                                                       # 10 s later: handed off
-    tel.settled(entry(d4, t1, r), 0x24, r)                             # the slow path (a stream)
+    tel.settled(InFlight("d4", p, to_c, None, 0, toward_c, t1, -1, -1), 0x24)  # the stream
     tel.close()
     got = [(r["address"], r["ingress"], r["hops"], r["in_link"], r["out_link"], r["egress"], r["outcome"],
             r["size"], r["arrival"], r["settled"]) for r in lines(tmp_path) if r["kind"] == "delivery"]
@@ -499,11 +484,11 @@ def test_node_hooks_give_exact_records(tmp_path):
         ("q", "B", 2, "inter-router", "client", "A", "modified", 7, t1, t3),
         ("m", "A", 0, "client", "client", None, "rejected", 9, t1, t3),
         ("q", *here, "accepted", 1, t2, t3),
-        ("q", "B", 2, "inter-router", "client", "A", "accepted", 70, t1, t3),
+        ("q", *here, "accepted", 2, t3, t3),
         ("q", "A", 0, "client", "inter-router", "C", "accepted", 80, t1, t3),
         ("q", "A", 0, "client", "inter-router", "C", "accepted", 12345, t1, t4),
     ]
-    assert not sizes and not tel.mesh and not w.stopped
+    assert not tel.mesh and not w.stopped
 
 
 # ---- the writer process (router.telemetry.process) --------------------------------------------------------

@@ -1,0 +1,471 @@
+"""Complete transfers and their outcomes: read a delivery, ask the core where it goes, send it, settle it.
+
+Hot path (a complete single-frame transfer between two clients of this node): read it into one reusable
+buffer, ask the core (`route` -> TO_ONE and a consumer), send the same bytes on a new outbound delivery,
+and tell the core (`sent`, which answers with the send mode). When the consumer settles, `settle` pops the
+in-flight entry and its outcome (with details) is copied back to the producer's delivery. Bodies are never
+decoded; only anonymous-relay transfers are scanned for `to`, and transfers from peers for their router
+annotations (router.amqp.annotations).
+
+Every path applies the core's decisions the same way: a send mode other than TRACKED settles the copy on
+the way out (`_settled_on_the_way`); a HOLD keeps the bytes until the consumer's stream ends
+(`flush_held`); UNROUTABLE goes back RELEASED (`_unroutable`). What was done is reported to the observer
+at those same places.
+"""
+
+from __future__ import annotations
+
+from cproton_ffi import ffi
+from cproton_ffi.lib import (
+    pn_delivery,
+    pn_delivery_aborted,
+    pn_delivery_link,
+    pn_delivery_partial,
+    pn_delivery_pending,
+    pn_delivery_readable,
+    pn_delivery_remote_state,
+    pn_delivery_settle,
+    pn_delivery_settled,
+    pn_delivery_update,
+    pn_link_advance,
+    pn_link_recv,
+    pn_link_send,
+)
+
+from router.adapter.outcomes import NodeOutcome, OutcomeSnapshot, Rejection, copy_outcome, oversize
+from router.adapter.routerlinks import RouterLink
+from router.addressing import address_key
+from router.amqp.annotations import (
+    AnnotationLayout,
+    RouterAnnotations,
+    RouterView,
+    annotate_ingress,
+    router_view,
+    with_hop,
+)
+from router.amqp.codec import MalformedError, scan_message
+from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TO_ONE, TRACKED
+from router.forwarding.records import (
+    ACCEPTED,
+    RELEASED,
+    TERMINAL,
+    Address,
+    Consumer,
+    Held,
+    InFlight,
+    McastGroup,
+    Producer,
+    RemoteDest,
+)
+
+ANON_SCAN_LIMIT = 64 * 1024          # sections before the body of an anonymous message must fit in this
+ACCEPT = NodeOutcome(ACCEPTED)
+
+
+class Deliveries:
+    """Transfers that arrived whole, outcomes of what was sent, and deliveries held behind a stream."""
+
+    def __init__(self, engine: object) -> None:
+        self.core = engine.core
+        self.node_id = engine.node_id
+        self.links = engine.links
+        self.dirty = engine.dirty
+        self.engine = engine
+        self.streams: object = None          # router.adapter.streams.Streams (set by the engine)
+        self.obs = None                      # the observer (router.adapter.observer), if any
+        self._bufsize = 64 * 1024
+        self.buf = ffi.new("char[]", self._bufsize)
+        self._tagnum = ffi.new("uint64_t *")
+        self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
+
+    def buffer(self, n: int) -> object:
+        """The reusable read buffer, at least `n` bytes long."""
+        if n > self._bufsize:
+            self._bufsize = max(n, self._bufsize * 2)
+            self.buf = ffi.new("char[]", self._bufsize)
+        return self.buf
+
+    def new_delivery(self, link: object) -> object:
+        """A new outbound delivery on `link` (tags are unique per node)."""
+        self._tagnum[0] += 1
+        return pn_delivery(link, self._tag)
+
+    def send_whole(self, c: Consumer, data: object, n: int) -> object:
+        """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
+        out = c.handle
+        self._tagnum[0] += 1
+        od = pn_delivery(out, self._tag)
+        pn_link_send(out, data, n)
+        pn_link_advance(out)
+        self.dirty.add(c.conn)
+        return od
+
+    # ---- arrivals ----------------------------------------------------------------------------------------
+    def on_delivery(self, d: object) -> None:
+        """A delivery event: a transfer arrived, or a consumer updated one of ours."""
+        link = pn_delivery_link(d)
+        rec = self.links.get(link)
+        if rec is None:
+            return
+        cls = rec.__class__
+        if cls is Consumer:
+            self.on_outcome(d, rec)
+            return
+        if cls is RouterLink:
+            self.engine.mesh_links.on_delivery(d, link, rec)
+            return
+        streams = self.streams
+        if streams.active:
+            s = streams.active.get(d)
+            if s is not None:
+                streams.pump(s)
+                return
+        if not pn_delivery_readable(d):
+            return
+        if pn_delivery_partial(d):
+            streams.start(d, link, rec)
+            return
+        presettled = pn_delivery_settled(d)
+        if presettled and pn_delivery_aborted(d):   # Proton marks aborted transfers settled
+            pn_link_advance(link)
+            pn_delivery_settle(d)
+            self.core.arrived(rec)
+            self.core.unroutable(rec, True)
+            return
+        n = pn_delivery_pending(d)
+        if n > rec.conn.max_message_size:
+            pn_link_advance(link)
+            self._reject(d, rec, presettled, oversize(rec.conn.max_message_size))
+            return
+        buf = self.buf if n <= self._bufsize else self.buffer(n)
+        n = pn_link_recv(link, buf, n)
+        pn_link_advance(link)
+        if n < 0:                       # an empty transfer (PN_EOS): there is no message to pass on
+            self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", b"empty message"))
+            return
+        a = rec.address
+        if a is None:
+            if rec.router:
+                self._from_router(d, rec, ffi.buffer(buf, n)[:], presettled)
+                return
+            key = self._anonymous_key(d, buf, n, presettled, rec)
+            if key is None:
+                return
+            a = self.core.resolve(key)
+            if a is not None and a.remote:
+                self._to_mesh(d, rec, a, key, ffi.buffer(buf, n)[:], presettled)
+                return
+        elif a.remote:
+            self._to_mesh(d, rec, a, a.key, ffi.buffer(buf, n)[:], presettled)
+            return
+        core = self.core
+        kind, c, _ = core.route(rec, a, presettled)
+        obs = self.obs
+        if obs is not None and rec.credit == 0:
+            obs.event("credit_starved_start", link, a.key if a is not None else None, rec.conn.peer)
+        if kind != TO_ONE:
+            if kind == TO_MANY:
+                self._multicast(d, rec, c, buf, n, presettled, None, a.key)
+            elif kind == HOLD:
+                core.hold(c, Held(ffi.buffer(buf, n)[:], d, rec, presettled, None, a.key))
+            else:
+                self._unroutable(d, rec, presettled)
+            return
+        out = c.handle                  # send_whole, inlined: this is the hot path
+        self._tagnum[0] += 1
+        od = pn_delivery(out, self._tag)
+        pn_link_send(out, buf, n)
+        pn_link_advance(out)
+        self.dirty.add(c.conn)
+        mode = core.sent(rec, c, d, od, presettled, None, n,
+                         -1 if obs is None else obs.route_of(a.key, rec, c, None, None))
+        if mode:
+            self._settled_on_the_way(mode, d, od, rec, a.key, c, None, None, n)
+
+    def _settled_on_the_way(self, mode: int, d: object, od: object, p: Producer, key: str, c: Consumer,
+                            ann: RouterAnnotations | None, rd: RemoteDest | None, n: int) -> None:
+        """A copy went out settled (PRESETTLED, or HANDED_OVER to an at-most-once consumer): it ends here."""
+        pn_delivery_settle(od)
+        if mode == PRESETTLED:
+            pn_delivery_settle(d)
+        else:
+            self._hand_over(d, p)
+        if self.obs is not None:
+            self.obs.forwarded_settled(key, p, c, ann, rd, mode, n)
+
+    def _hand_over(self, d: object, p: Producer) -> None:
+        """Settle an unsettled delivery ACCEPTED: it went to an at-most-once (pre-settled) consumer."""
+        pn_delivery_update(d, ACCEPTED)
+        pn_delivery_settle(d)
+        self.core.count_outcome(ACCEPTED, p)
+        self.dirty.add(p.conn)
+
+    def _anonymous_key(self, d: object, buf: object, n: int, presettled: bool, p: Producer) -> str | None:
+        """The routing key of an anonymous-relay transfer's `to`; settled here if it has none."""
+        try:
+            to = scan_message(ffi.buffer(buf, min(n, ANON_SCAN_LIMIT))[:], complete=n <= ANON_SCAN_LIMIT).to
+        except MalformedError:
+            self._reject(d, p, presettled, NO_PROPERTIES)
+            return None
+        if not to:
+            self._reject(d, p, presettled, Rejection(b"amqp:precondition-failed",
+                                                     b"anonymous relay: the message has no 'to' address"))
+            return None
+        return address_key(to, self.node_id)
+
+    # ---- across the mesh -----------------------------------------------------------------------------
+    def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
+        """A complete transfer from a peer node: route it by its router annotations."""
+        try:
+            layout = router_view(data)          # the common form, read at a fraction of the cost
+            if layout is None:
+                layout = AnnotationLayout(data)
+                ann = layout.read()
+            else:
+                ann = layout.ann
+        except MalformedError:
+            self._reject(d, p, presettled, UNREADABLE)
+            return
+        key = self.router_key(layout, ann)
+        self._to_mesh(d, p, self.core.resolve(key), key, data, presettled, layout, ann, p.conn.router.node_id)
+
+    def router_key(self, layout: AnnotationLayout | RouterView, ann: RouterAnnotations) -> str:
+        """The routing key of a message from a peer: its `x-opt-qd.to`, else its `to`."""
+        return ann.to or address_key(layout.info.to or "", self.node_id)
+
+    def payloads(self, key: str, data: bytes, layout: AnnotationLayout | RouterView | None,
+                 ann: RouterAnnotations | None, info: object = None):
+        """A function giving the bytes to send to a consumer: stripped for clients, annotated for peers."""
+        made: dict[bool, object] = {}
+        node = self.node_id
+
+        def payload(c: Consumer) -> object:
+            to_peer = c.peer is not None
+            out = made.get(to_peer)
+            if out is None:
+                if to_peer:
+                    hop = with_hop(ann, node)
+                    if hop.to is None:
+                        hop.to = key
+                    if layout is not None:
+                        out = layout.rewrite(hop)
+                    elif info is None:
+                        out = annotate_ingress(data, hop)   # a client's complete message
+                    else:
+                        out = AnnotationLayout(data, info).rewrite(hop)
+                else:
+                    out = layout.strip() if layout is not None else data
+                made[to_peer] = out
+            return out
+        return payload
+
+    def _to_mesh(self, d: object, p: Producer, a: Address | None, key: str, data: bytes, presettled: bool,
+                 layout: AnnotationLayout | RouterView | None = None, ann: RouterAnnotations | None = None,
+                 came_from: str | None = None) -> None:
+        """Forward a complete delivery to local consumers and/or peer nodes (the general path)."""
+        core = self.core
+        kind, target, rd = core.route(p, a, presettled, came_from, ann)
+        if self.obs is not None and p.credit == 0:
+            self.obs.event("credit_starved_start", p.handle, a.key if a is not None else None, p.conn.peer)
+        if not kind:
+            self._unroutable(d, p, presettled)
+            return
+        payload = self.payloads(key, data, layout, ann)
+        try:
+            if kind == TO_MANY:
+                for c in target:
+                    payload(c)                  # any decoding error happens before a copy is sent
+            else:
+                out = payload(target)
+        except MalformedError:
+            self._reject(d, p, presettled, UNREADABLE, counted=True)
+            return
+        if kind == TO_MANY:
+            self._multicast(d, p, target, data, len(data), presettled, payload, key, ann)
+            return
+        c = target
+        if kind == HOLD:
+            core.hold(c, Held(out, d, p, presettled, None, key, ann, rd))
+            return
+        n = len(out)
+        od = self.send_whole(c, out, n)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if self.obs is None else self.obs.route_of(key, p, c, ann, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, ann, rd, n)
+
+    # ---- deliveries that go nowhere ------------------------------------------------------------------------
+    def _reject(self, d: object, p: Producer, presettled: bool, rejection: Rejection,
+                counted: bool = False) -> None:
+        if not counted and self.obs is not None and p.credit == 1:
+            self.obs.event("credit_starved_start", p.handle, p.address.key if p.address else None,
+                           p.conn.peer)
+        if not presettled:
+            rejection.apply(d)
+        pn_delivery_settle(d)
+        self.core.refused(p, presettled, counted)
+        self.dirty.add(p.conn)
+
+    def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
+        if self.obs is not None:
+            self.obs.ended(p.address.key if p.address else None, p, presettled, 0)
+        if not presettled:
+            pn_delivery_update(d, RELEASED)
+        pn_delivery_settle(d)
+        self.core.unroutable(p, presettled)
+        self.dirty.add(p.conn)
+
+    # ---- multicast -----------------------------------------------------------------------------------------
+    def _multicast(self, d: object, p: Producer, consumers: list[Consumer], buf: object, n: int,
+                   presettled: bool, payload=None, key: str | None = None,
+                   ann: RouterAnnotations | None = None) -> None:
+        """One copy per consumer; `payload(consumer)` gives per-consumer bytes (mesh), else `buf`."""
+        core = self.core
+        g = None if presettled else core.new_group(d, p)
+        if self.obs is not None:
+            self.obs.multicast(key, p, ann, consumers, g, n)
+        handed_over = 0                     # unsettled copies sent settled to at-most-once consumers
+        data, size = buf, n
+        for c in consumers:
+            if payload is not None:
+                data = payload(c)
+                size = len(data)
+            if c.busy:
+                core.hold(c, Held(data if payload is not None else ffi.buffer(buf, n)[:], d, p, presettled, g,
+                                  key, ann))
+                continue
+            od = self.send_whole(c, data, size)
+            mode = core.sent_copy(g, c, od)
+            if mode:
+                pn_delivery_settle(od)
+                if mode == HANDED_OVER:
+                    handed_over += 1
+        if presettled:
+            pn_delivery_settle(d)
+            core.sent_presettled(p, [c for c in consumers if not c.busy])
+        for _ in range(handed_over):
+            self.copy_settled(g, None, ACCEPTED, ACCEPT)
+
+    def copy_settled(self, g: McastGroup, od: object, outcome: int, made: object) -> None:
+        """One multicast copy is terminal (`od` settled by its consumer, or `made` by the node); settle
+        upstream when the core says it was the last one."""
+        flags = self.core.copy_settled(g, outcome)
+        if flags & BEST:
+            g.detail = made if made is not None else OutcomeSnapshot(od, outcome)
+        if flags & DONE:
+            p = g.producer
+            stream = self.streams.active.get(g.in_dlv) if self.streams.active else None
+            if stream is not None and stream.producer is p:
+                stream.final = g.detail          # answered when the transfer completes
+                stream.group = None
+            elif p.alive:
+                g.detail.apply(g.in_dlv)
+                pn_delivery_settle(g.in_dlv)
+                self.core.count_outcome(g.outcome, p)
+                self.dirty.add(p.conn)
+            if self.obs is not None:
+                self.obs.group_settled(g, g.outcome)
+            self.core.group_done(g)
+            g.detail = None
+
+    # ---- outcomes ----------------------------------------------------------------------------------------
+    def on_outcome(self, od: object, c: Consumer) -> None:
+        """The consumer updated or settled one of our outbound deliveries."""
+        outcome = pn_delivery_remote_state(od)
+        if outcome not in TERMINAL:
+            if not pn_delivery_settled(od):
+                return
+            outcome = ACCEPTED           # settled without an outcome: the default outcome
+        outs = self.streams.outs
+        stream = outs.pop(od, None) if outs else None
+        e = self.core.settle(od, outcome, stream is None)
+        if e is None:
+            if stream is not None:
+                outs[od] = stream
+            pn_delivery_settle(od)
+            return
+        if stream is not None:                   # decided before the whole message was sent to it
+            self.streams.copy_decided(stream, e, c, od, outcome)
+            return
+        g = e.group
+        if g is not None:
+            self.copy_settled(g, od, outcome, None)
+        else:
+            p = e.producer
+            if p.alive:
+                copy_outcome(od, e.in_dlv, outcome)
+                pn_delivery_settle(e.in_dlv)
+                self.dirty.add(p.conn)
+            if self.obs is not None:
+                self.obs.settled(e, outcome)
+        pn_delivery_settle(od)
+        self.dirty.add(c.conn)
+
+    def fail(self, e: InFlight, outcome: int) -> None:
+        """An in-flight delivery's consumer is gone: the core chose RELEASED or MODIFIED(failed)."""
+        g = e.group
+        if g is not None:
+            self.copy_settled(g, None, outcome, NodeOutcome(outcome))
+            return
+        p = e.producer
+        if p.alive:
+            NodeOutcome(outcome).apply(e.in_dlv)
+            pn_delivery_settle(e.in_dlv)
+            self.core.count_outcome(outcome, p)
+            self.dirty.add(p.conn)
+        if self.obs is not None:
+            self.obs.settled(e, outcome)
+
+    # ---- deliveries held behind a stream -----------------------------------------------------------------
+    def flush_held(self, c: Consumer) -> None:
+        """Send what waited for the stream that just finished on `c`."""
+        held = self.core.take_held(c)
+        if not held:
+            return
+        core = self.core
+        obs = self.obs
+        for item in held:
+            data = item.payload
+            n = len(data)
+            od = self.send_whole(c, data, n)
+            p, d, g = item.producer, item.in_dlv, item.group
+            if g is not None:
+                core.unhold(item)
+                if core.sent_copy(g, c, od) == HANDED_OVER:
+                    pn_delivery_settle(od)
+                    self.copy_settled(g, None, ACCEPTED, ACCEPT)
+                continue
+            if not p.alive and not item.presettled and not c.presettle:
+                pn_delivery_settle(od)              # nobody to answer: the copy goes settled
+                continue
+            mode = core.sent(p, c, d, od, item.presettled, item.dest, n,
+                             -1 if obs is None else obs.route_of(item.key, p, c, item.ann, item.dest))
+            if mode == TRACKED:
+                continue
+            pn_delivery_settle(od)
+            if mode == HANDED_OVER:
+                if not p.alive:
+                    continue
+                self._hand_over(d, p)
+            if obs is not None:
+                obs.held_sent_settled(item, c, mode)
+        self.dirty.add(c.conn)
+
+    def release_held(self, item: Held, c: Consumer) -> None:
+        """A delivery held for `c` will never go out (`c` is gone): RELEASED upstream (or dropped)."""
+        p, g = item.producer, item.group
+        if self.obs is not None and g is None and (item.presettled or p.alive):
+            self.obs.held_released(item, c)
+        if item.presettled:
+            return
+        if g is not None:
+            self.copy_settled(g, None, RELEASED, NodeOutcome(RELEASED))
+        elif p.alive:
+            pn_delivery_update(item.in_dlv, RELEASED)
+            pn_delivery_settle(item.in_dlv)
+            self.core.count_outcome(RELEASED, p)
+            self.dirty.add(p.conn)
+
+
+UNREADABLE = Rejection(b"amqp:decode-error", b"unreadable message or router annotations")
+NO_PROPERTIES = Rejection(b"amqp:decode-error", b"cannot read the message properties")

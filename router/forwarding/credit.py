@@ -1,0 +1,87 @@
+"""The credit ledger: how much credit each producer gets, and which producers to drain.
+
+Credit model ("no queueing"): a producer link targeted at an address gets credit only while the address
+is *ready* (a local consumer with credit, or a reachable remote destination); then it is topped up to
+`capacity - in_flight`, where in-flight counts its deliveries not yet settled end to end. So a producer
+never has more than `capacity` deliveries in the node, and the node never settles on a consumer's behalf.
+When an address loses its last consumer (local and remote), its producers are drained. Anonymous producers
+get full capacity whatever the destinations. A peer's data-in link is replenished as its deliveries are
+forwarded, not settled, so one slow consumer never starves the link every address shares.
+
+Credit is topped up in batches (an eighth of the window, or whatever is due once the producer is down to
+half its window), so a steady stream costs one FLOW per batch, not one per message.
+
+The core marks producers (`grant`, `drain`); `take` turns the marks into decisions once per pump.
+"""
+
+from __future__ import annotations
+
+from router.forwarding.records import Address, Producer
+
+
+class CreditLedger:
+    """Producers whose credit may need topping up or draining, and the rule that decides how much."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.grant: set[Producer] = set()       # producers whose credit may need topping up
+        self.drain: set[Producer] = set()       # producers to drain (address lost its consumers)
+
+    def update_ready(self, a: Address) -> None:
+        """Recompute whether `a` can take deliveries; producers of an address that became ready get credit."""
+        ready = bool(a.remote)
+        if not ready:
+            for c in a.consumers:
+                if c.credit > 0:
+                    ready = True
+                    break
+        if ready != a.ready:
+            a.ready = ready
+            if ready:
+                self.grant.update(a.producers)
+
+    def lost_destinations(self, a: Address) -> None:
+        """`a` may have lost its last consumer: drain its producers that still hold credit."""
+        if not a.consumers and not a.remote:
+            for p in a.producers:
+                if p.credit > 0:
+                    self.drain.add(p)
+
+    def forget(self, p: Producer) -> None:
+        self.grant.discard(p)
+        self.drain.discard(p)
+
+    def take(self) -> tuple[list[tuple[Producer, int]], list[Producer]]:
+        """Credit to flow to producers `(producer, amount)` and producers to drain, since the last call."""
+        grants: list[tuple[Producer, int]] = []
+        if self.grant:
+            cap = self.capacity
+            low = cap // 2
+            batch = max(1, cap // 8)
+            for p in self.grant:
+                if not p.alive:
+                    continue
+                a = p.address
+                if a is not None and not a.ready:
+                    continue
+                give = cap - p.credit if p.router else cap - p.in_flight - p.credit
+                if p.draining:
+                    # a consumer is back: any FLOW (even of 0 credit) ends the drain we asked for
+                    p.draining = False
+                    give = max(give, 0)
+                    p.credit += give
+                    grants.append((p, give))
+                    continue
+                if give >= batch or (give > 0 and p.credit <= low):
+                    p.credit += give
+                    grants.append((p, give))
+            self.grant.clear()
+        drains: list[Producer] = []
+        if self.drain:
+            for p in self.drain:
+                a = p.address
+                if p.alive and a is not None and not a.consumers and not a.remote and p.credit > 0:
+                    p.draining = True
+                    drains.append(p)
+            self.drain.clear()
+        return grants, drains

@@ -1,0 +1,42 @@
+"""What the forwarding core decides, as data the adapter carries out.
+
+Every decision is a small constant or tuple, so the hot path allocates nothing for it:
+
+* routing a delivery: ``(kind, target, dest)`` from `RouterCore.route` - ``TO_ONE`` (target: a consumer,
+  dest: the remote destination it leads to, if any), ``HOLD`` (target: a consumer busy with a streamed
+  message; send once it is done), ``TO_MANY`` (target: the consumers of a multicast copy each), or
+  ``UNROUTABLE`` (nobody can take it: RELEASED, or dropped when pre-settled);
+* how a copy is settled once sent: the send mode, one table for every path (`SEND_MODES`);
+* what a consumer's outcome means upstream: `Settle` flags from `RouterCore.copy_settled`;
+* credit: ``(producer, amount)`` grants and producers to drain, from `RouterCore.take_credit_actions`;
+* refusing an attach: a `Refusal` with the AMQP error condition and a description.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+# ---- routing one delivery ---------------------------------------------------------------------------------
+UNROUTABLE = 0
+TO_ONE = 1
+HOLD = 2
+TO_MANY = 3
+
+# ---- send modes: how a copy is settled once it is on the consumer's link ---------------------------------
+TRACKED = 0       # unsettled both ways: in flight until the consumer decides, its outcome goes upstream
+PRESETTLED = 1    # the producer sent it settled: settle both at once, credit goes back at once
+HANDED_OVER = 2   # unsettled, to an at-most-once consumer: sent settled, ACCEPTED upstream (its choice)
+
+#: SEND_MODES[producer sent it pre-settled][consumer asked for pre-settled deliveries]
+SEND_MODES = ((TRACKED, HANDED_OVER), (PRESETTLED, PRESETTLED))
+
+# ---- a multicast copy became terminal (flags) -------------------------------------------------------------
+BEST = 1          # its outcome is now the group's best: keep its details
+DONE = 2          # it was the last copy: settle the group upstream with the best outcome
+
+
+class Refusal(NamedTuple):
+    """An attach (or Open) the core refuses: detach with this AMQP error condition."""
+
+    condition: str
+    description: str
