@@ -1,0 +1,215 @@
+"""The address table of one node: addresses and the links using them, node-scoped routes, the mesh view.
+
+Part of the forwarding core (router.forwarding.core.RouterCore extends it). Keys are routing keys
+(router.addressing.address_key); `_topo/0/<other node>/...` resolves to that node's route. The table
+also collects what others follow: mobile addresses that gained their first or lost their last local
+consumer (for the control plane) and changes of watched addresses (for services such as the broker
+gateway), both taken once per pump.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Mapping
+
+from router.addressing import AddressRules, address_key, dynamic_address, topo_prefix
+from router.forwarding.credit import CreditLedger
+from router.forwarding.records import Address, Consumer, RemoteDest
+
+TOPO = "_topo/0/"
+
+
+class AddressTable:
+    """Addresses by routing key, with their local links and remote destinations."""
+
+    def __init__(self, node_id: str, rules: AddressRules, ledger: CreditLedger,
+                 rng: random.Random | None = None) -> None:
+        self.node_id = node_id
+        self.rules = rules
+        self.ledger = ledger
+        self.rng = rng or random.Random()
+        self.addresses: dict[str, Address] = {}
+        # ingress / egress / transit of addresses no longer in the table (node totals add them)
+        self.retired = [0, 0, 0]
+        # the mesh (set by `set_routes`): reachable node -> (path cost, next-hop data-out link), the
+        # mesh radius (hop limit) and, for multicast, node -> origins whose tree passes through us
+        self.nodes: dict[str, tuple[int, Consumer]] = {}
+        self.radius = 0
+        self._valid_origins: Callable[[], Mapping[str, frozenset[str]]] = dict
+        self._origins_cache: Mapping[str, frozenset[str]] | None = None
+        self._node_addresses: dict[str, Address] = {}   # node -> its `_topo/0/<node>/` route
+        self._topo = topo_prefix(node_id)
+        # mobile addresses that got their first local consumer (True) or lost their last (False), in order
+        self._local_changes: list[tuple[str, bool]] = []
+        # addresses whose consumers someone watches (key -> watchers), and those changed since last asked
+        self._watched: dict[str, int] = {}
+        self._watch_changed: set[str] = set()
+
+    # ---- lookup ------------------------------------------------------------------------------------
+    def lookup(self, name: str) -> Address | None:
+        """The address for a message `to` (anonymous relay); None when nothing uses it here."""
+        return self.lookup_key(address_key(name, self.node_id))
+
+    def lookup_key(self, key: str) -> Address | None:
+        """The address for a routing key; `_topo/0/<other>/...` resolves to that node's route."""
+        a = self.addresses.get(key)
+        if a is None and key.startswith(TOPO) and not key.startswith(self._topo):
+            return self._node_addresses.get(key[8:key.find("/", 8)])
+        return a
+
+    def resolve(self, key: str) -> Address | None:
+        """The address a delivery for routing key `key` goes to, if anyone here or beyond can take it."""
+        a = self.lookup_key(key) if key else None
+        if a is not None and not (a.consumers or a.remote):
+            return None
+        return a
+
+    def _address(self, name: str) -> Address:
+        key = address_key(name, self.node_id)
+        a = self.addresses.get(key)
+        if a is None:
+            a = self.addresses[key] = Address(key, self.rules.distribution(key))
+            node = self._scoped_node(key)
+            if node is not None:
+                a.remote = self._node_route(node)
+                a.ready = bool(a.remote)
+        return a
+
+    def _scoped_node(self, key: str) -> str | None:
+        """The other node a `_topo/0/<node>/...` key names (None: not node-scoped, or scoped to us)."""
+        if key.startswith(TOPO) and not key.startswith(self._topo):
+            end = key.find("/", 8)
+            return key[8:end] if end > 8 else None
+        return None
+
+    def _node_route(self, node: str) -> list[RemoteDest]:
+        route = self.nodes.get(node)
+        return [RemoteDest(node, route[0], route[1])] if route is not None else []
+
+    def _forget_if_unused(self, a: Address) -> None:
+        if not a.consumers and not a.producers and not a.remote and self.addresses.get(a.key) is a:
+            del self.addresses[a.key]
+            self._retire(a)
+
+    def _retire(self, a: Address) -> None:
+        r = self.retired
+        r[0] += a.ingress
+        r[1] += a.egress
+        r[2] += a.transit
+
+    def new_dynamic_address(self) -> str:
+        """A fresh, unused node-scoped reply address."""
+        while True:
+            name = dynamic_address(self.node_id, self.rng)
+            if address_key(name, self.node_id) not in self.addresses:
+                return name
+
+    # ---- what others follow: mobile addresses (control plane), watched addresses (services) ---------------
+    def take_local_address_changes(self) -> list[tuple[str, bool]]:
+        """Mobile addresses that gained their first local consumer (True) or lost their last (False)."""
+        changes, self._local_changes = self._local_changes, []
+        return changes
+
+    def watch(self, key: str) -> None:
+        """Report changes of the consumers (local or remote) of routing key `key` from now on."""
+        self._watched[key] = self._watched.get(key, 0) + 1
+
+    def unwatch(self, key: str) -> None:
+        n = self._watched.get(key, 0) - 1
+        if n > 0:
+            self._watched[key] = n
+        else:
+            self._watched.pop(key, None)
+            self._watch_changed.discard(key)
+
+    def take_watched_changes(self) -> set[str]:
+        """Watched keys whose local consumers or remote destinations changed since the last call."""
+        changed, self._watch_changed = self._watch_changed, set()
+        return changed
+
+    def consumers_of(self, key: str, exclude_conn: object = None) -> int:
+        """Local consumers of `key` not on connection `exclude_conn`, plus its remote destinations."""
+        a = self.addresses.get(key)
+        if a is None:
+            return 0
+        return sum(1 for c in a.consumers if c.conn is not exclude_conn) + len(a.remote)
+
+    # ---- the mesh -----------------------------------------------------------------------------------------
+    def set_routes(self, nodes: Mapping[str, tuple[int, Consumer]], holders: Mapping[str, Iterable[str]],
+                   radius: int, valid_origins: Callable[[], Mapping[str, frozenset[str]]]) -> None:
+        """Take a new view of the mesh (after the control plane changed it).
+
+        `nodes`: each reachable node -> (path cost, data-out link of the next hop toward it);
+        `holders`: each mobile address -> the other nodes that have consumers for it (reachable or not);
+        `valid_origins` computes, when multicast needs it, node -> origins whose shortest-path tree
+        reaches it through this node. Addresses gain or lose remote destinations; producers of an
+        address that becomes ready get credit, those of one left with no destination are drained.
+        """
+        self.nodes = dict(nodes)
+        self.radius = radius
+        self._valid_origins = valid_origins
+        self._origins_cache = None
+        for old in self._node_addresses.values():
+            self._retire(old)
+        self._node_addresses = {}
+        for node, (cost, out) in self.nodes.items():
+            a = self._node_addresses[node] = Address(TOPO + node + "/", "closest")
+            a.remote = [RemoteDest(node, cost, out)]
+            a.ready = True
+        wanted: dict[str, list[str]] = {}
+        for key, where in holders.items():
+            reachable = [n for n in where if n in self.nodes]
+            if reachable:
+                wanted[key] = reachable
+        for key in wanted:
+            if key not in self.addresses:
+                self.addresses[key] = Address(key, self.rules.distribution(key))
+        for a in list(self.addresses.values()):
+            node = self._scoped_node(a.key)
+            if node is not None:
+                self._set_remote(a, [node] if node in self.nodes else [])
+            elif a.remote or a.key in wanted:
+                self._set_remote(a, wanted.get(a.key, []))
+
+    def _set_remote(self, a: Address, nodes: list[str]) -> None:
+        old = {d.node: d for d in a.remote}
+        remote = []
+        for node in nodes:
+            cost, out = self.nodes[node]
+            d = old.get(node)
+            if d is None:
+                d = RemoteDest(node, cost, out)
+            else:
+                d.cost, d.out = cost, out
+            remote.append(d)
+        remote.sort(key=lambda d: (d.cost, d.node))
+        if a.key in self._watched and [d.node for d in remote] != [d.node for d in a.remote]:
+            self._watch_changed.add(a.key)
+        a.remote = remote
+        by_link: dict[Consumer, set[str]] = {}
+        for d in remote:
+            by_link.setdefault(d.out, set()).add(d.node)
+        a.links = [(out, frozenset(behind)) for out, behind in by_link.items()]
+        self.ledger.update_ready(a)
+        if not a.remote:
+            self.ledger.lost_destinations(a)
+            self._forget_if_unused(a)
+
+    def valid_origins(self) -> Mapping[str, frozenset[str]]:
+        """Node -> origins whose tree reaches it through this node (computed once per route change)."""
+        if self._origins_cache is None:
+            self._origins_cache = self._valid_origins()
+        return self._origins_cache
+
+    def delivery_totals(self) -> tuple[int, int, int]:
+        """Node totals (ingress, egress, transit): every address now in the table plus retired ones."""
+        ingress, egress, transit = self.retired
+        for a in self.addresses.values():
+            ingress += a.ingress
+            egress += a.egress
+            transit += a.transit
+        for a in self._node_addresses.values():
+            ingress += a.ingress
+            transit += a.transit
+        return ingress, egress, transit
+
