@@ -72,6 +72,8 @@ class Deliveries:
         self.dirty = engine.dirty
         self.engine = engine
         self.streams: object = None          # router.adapter.streams.Streams (set by the engine)
+        self.stream_ins: dict = {}           # its `active` and `outs` tables (the same dicts)
+        self.stream_outs: dict = {}
         self.obs = None                      # the observer (router.adapter.observer), if any
         self._bufsize = 64 * 1024
         self.buf = ffi.new("char[]", self._bufsize)
@@ -114,16 +116,15 @@ class Deliveries:
         if cls is RouterLink:
             self.engine.mesh_links.on_delivery(d, link, rec)
             return
-        streams = self.streams
-        if streams.active:
-            s = streams.active.get(d)
+        if self.stream_ins:
+            s = self.stream_ins.get(d)
             if s is not None:
-                streams.pump(s)
+                self.streams.pump(s)
                 return
         if not pn_delivery_readable(d):
             return
         if pn_delivery_partial(d):
-            streams.start(d, link, rec)
+            self.streams.start(d, link, rec)
             return
         presettled = pn_delivery_settled(d)
         if presettled and pn_delivery_aborted(d):   # Proton marks aborted transfers settled
@@ -354,7 +355,7 @@ class Deliveries:
             g.detail = made if made is not None else OutcomeSnapshot(od, outcome)
         if flags & DONE:
             p = g.producer
-            stream = self.streams.active.get(g.in_dlv) if self.streams.active else None
+            stream = self.stream_ins.get(g.in_dlv) if self.stream_ins else None
             if stream is not None and stream.producer is p:
                 stream.final = g.detail          # answered when the transfer completes
                 stream.group = None
@@ -376,7 +377,7 @@ class Deliveries:
             if not pn_delivery_settled(od):
                 return
             outcome = ACCEPTED           # settled without an outcome: the default outcome
-        outs = self.streams.outs
+        outs = self.stream_outs
         stream = outs.pop(od, None) if outs else None
         e = self.core.settle(od, outcome, stream is None)
         if e is None:

@@ -91,6 +91,8 @@ class Engine:
         self.mesh_links = RouterLinks(self)
         self.attach = LinkEvents(self)
         self.deliveries.streams = self.streams
+        self.deliveries.stream_ins = self.streams.active
+        self.deliveries.stream_outs = self.streams.outs
         self._rare = {
             PN_CONNECTION_REMOTE_OPEN: self.attach.on_connection_open,
             PN_CONNECTION_REMOTE_CLOSE: self.attach.on_connection_close,

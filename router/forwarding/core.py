@@ -49,6 +49,7 @@ from router.forwarding.decisions import (
     SEND_MODES,
     TO_MANY,
     TO_ONE,
+    TRACKED,
     UNROUTABLE,
     Refusal,
 )
@@ -325,12 +326,22 @@ class RouterCore(AddressTable):
         """A delivery from `p` went to `c` as `out_dlv` (toward remote destination `rd`). Returns its send
         mode (decisions.SEND_MODES); a TRACKED one is in flight until `settle`. `size` and `route` are
         kept in the entry for the observer."""
-        mode = SEND_MODES[presettled][c.presettle]
-        if mode:
+        if presettled or c.presettle:
+            mode = SEND_MODES[presettled][c.presettle]
             self.sent_presettled(p, (c,))
-        else:
-            self.track(p, c, in_dlv, out_dlv, rd, size, route)
-        return mode
+            return mode
+        # TRACKED (SEND_MODES[False][False]): `track`, inlined, since this is the hot path
+        c.delivered += 1
+        self.in_flight[out_dlv] = InFlight(in_dlv, p, c, None, c.delivered, rd, self.now, size, route)
+        if rd is not None:
+            rd.unsettled += 1
+        c.unsettled += 1
+        p.in_flight += 1
+        p.delivered += 1
+        c.credit -= 1
+        if c.credit == 0:
+            self.ledger.update_ready(c.address)
+        return TRACKED
 
     def track(self, p: Producer, c: Consumer, in_dlv: object, out_dlv: object, rd: RemoteDest | None = None,
               size: int = -1, route: int = -1) -> None:
