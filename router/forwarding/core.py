@@ -24,6 +24,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from router.addressing import MULTICAST, AddressRules, address_key, dynamic_address, topo_prefix
+from router.defaults import LINK_CAPACITY
 
 TOPO = "_topo/0/"
 
@@ -156,7 +157,7 @@ InFlight = tuple
 class RouterCore:
     """Address table + forwarding decisions + credit ledger + settlement tracker for one node."""
 
-    def __init__(self, node_id: str, rules: AddressRules, capacity: int = 250,
+    def __init__(self, node_id: str, rules: AddressRules, capacity: int = LINK_CAPACITY,
                  rng: random.Random | None = None,
                  backlog: Callable[[object], int] | None = None,
                  backlog_limit: int = 32) -> None:
