@@ -62,13 +62,14 @@ from cproton_ffi.lib import (
 
 from router import PRODUCT, __version__
 from router.adapter.sasl import use_builtin as use_builtin_sasl
+from router.defaults import MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)
 
 FLUSHED, BLOCKED, DONE = 0, 1, 2     # results of Connection.flush
 
 IO_CHUNK = 256 * 1024
-MAX_FRAME = 16384          # as qdrouterd's default; larger messages stream frame by frame
+MAX_FRAME = MAX_FRAME_SIZE  # as qdrouterd's default; larger messages stream frame by frame
 UNLIMITED = 2**63          # "no limit" for the per-connection limits
 
 _rbuf = bytearray(IO_CHUNK)

@@ -1,6 +1,7 @@
 """``meshrouter analyze``: a PySpark job that turns node telemetry into Parquet tables and report.html.
 
 ``router.analytics.cli`` (argument checks, no Spark import) -> ``job.run_analysis`` -> ``load`` (JSON
-Lines / Parquet with an explicit schema) -> ``tables`` (one function per table) -> ``report`` + ``plots``.
-PySpark and matplotlib are imported only when the job runs.
+Lines / Parquet with an explicit schema) -> ``tables`` (one function per table) -> ``report`` + ``plots``;
+``result`` is what a run produced (the job fills it, the report reads it). PySpark and matplotlib are
+imported only when the job runs (the command imports ``job`` then).
 """

@@ -9,7 +9,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -20,6 +19,8 @@ from pyspark.sql import functions as F
 from router.analytics import tables as T
 from router.analytics.inputs import Inputs, find_inputs
 from router.analytics.load import read_records
+from router.analytics.report import write_report
+from router.analytics.result import Result
 from router.analytics.session import get_session
 
 REPORT_ROWS = 200_000  # most rows of one table the report reads back (throughput over long runs)
@@ -68,17 +69,6 @@ class Progress:
             print(f"analyze: {what} in {time.monotonic() - self.t0:.1f} s", file=self.stream, flush=True)
 
 
-@dataclass
-class Result:
-    """What a run produced."""
-
-    out_dir: Path
-    report: Path
-    summary: dict
-    tables: dict[str, Path] = field(default_factory=dict)
-    data: dict[str, list[dict]] = field(default_factory=dict)  # rows read back for the report
-
-
 def _write(df: DataFrame, path: Path) -> None:
     df.coalesce(1).write.mode("overwrite").parquet(str(path))
 
@@ -119,8 +109,6 @@ def run_analysis(records_dir: str | Path, out_dir: str | Path, master: str = "lo
                  conf: Mapping[str, str] | None = None, progress: TextIO | None = sys.stderr,
                  inputs: Inputs | None = None) -> Result:
     """Run the whole job; returns the summary and where everything went. Spark errors propagate."""
-    from router.analytics.report import write_report  # matplotlib only when the job really runs
-
     records_dir, out_dir = Path(records_dir), Path(out_dir)
     steps = Progress(3 + len(TABLES) + len(DERIVED) + 1, progress)
     steps.step(f"starting Spark ({master})")

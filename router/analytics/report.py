@@ -6,12 +6,9 @@ import html
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from router.analytics import plots
-
-if TYPE_CHECKING:
-    from router.analytics.job import Result
+from router.analytics.result import Result
 
 SHOW_ROWS = 25  # rows of a table shown in the page; the Parquet tables hold all of them
 

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from router.addressing import AddressRules, address_key
 from router.amqp.annotations import RouterAnnotations, trace_nodes
+from router.defaults import LINK_CAPACITY
 from router.forwarding.credit import CreditLedger
 from router.forwarding.decisions import (
     BEST,
@@ -76,10 +77,11 @@ from router.forwarding.table import AddressTable
 __all__ = ["ACCEPTED", "MODIFIED", "REJECTED", "RELEASED", "TERMINAL", "Address", "Consumer", "Held",
            "InFlight", "McastGroup", "Producer", "RemoteDest", "RouterCore"]
 
+
 class RouterCore(AddressTable):
     """Forwarding decisions, credit ledger and settlement tracker over the address table of one node."""
 
-    def __init__(self, node_id: str, rules: AddressRules, capacity: int = 250,
+    def __init__(self, node_id: str, rules: AddressRules, capacity: int = LINK_CAPACITY,
                  rng: random.Random | None = None, backlog: Backlog | None = None,
                  backlog_limit: int = 32) -> None:
         self.ledger = CreditLedger(capacity)

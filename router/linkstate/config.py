@@ -1,8 +1,14 @@
-"""Timers of the link-state control plane (defaults are qdrouterd's)."""
+"""Timers of the link-state control plane (defaults are qdrouterd's).
+
+The five the node's config sets (its ``router:`` keys, router.config.RouterTimers) take their defaults
+from router.defaults; ``node_grace`` and ``request_retry`` are this package's own.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+
+from router.defaults import HELLO_INTERVAL, HELLO_MAX_AGE, LS_MAX_AGE, RA_INTERVAL, RA_INTERVAL_FLUX
 
 _TOLERANCE = 1e-9  # clocks are floats: 4.1 - 0.1 < 4.0
 
@@ -29,11 +35,11 @@ class LinkStateConfig:
     ``request_retry``: an unanswered LSR or MAR may be repeated after this long.
     """
 
-    hello_interval: float = 1.0
-    hello_max_age: float = 3.0
-    ra_interval: float = 30.0
-    ra_interval_flux: float = 4.0
-    ls_max_age: float = 60.0
+    hello_interval: float = HELLO_INTERVAL
+    hello_max_age: float = HELLO_MAX_AGE
+    ra_interval: float = RA_INTERVAL
+    ra_interval_flux: float = RA_INTERVAL_FLUX
+    ls_max_age: float = LS_MAX_AGE
     node_grace: float = 3.0
     request_retry: float = 1.0
 

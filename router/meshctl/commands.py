@@ -18,11 +18,11 @@ from types import FrameType
 from typing import Any, TextIO
 
 from router.meshctl import procs
+from router.meshctl.model import Topology
 from router.meshctl.nodeconfig import write_node_configs
 from router.meshctl.probe import StateReader, read_states
 from router.meshctl.progress import Progress
 from router.meshctl.rundir import RunDir
-from router.meshctl.topology import Topology
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 DEFAULT_TIMEOUT = 30.0

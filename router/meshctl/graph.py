@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from router.argtypes import positive_seconds
 from router.management.security import ClientSecurity, add_security_options, security_from_args
 from router.meshctl.commands import running_nodes
+from router.meshctl.model import Topology
 from router.meshctl.rundir import DEFAULT_ROOT, RunDir
-from router.meshctl.topology import Topology, TopologyError, load_topology
+from router.meshctl.topology import TopologyError, load_topology
 
 if TYPE_CHECKING:           # Proton and networkx: imported only when the command runs
     import networkx as nx

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-if TYPE_CHECKING:
-    from router.meshctl.topology import Topology
+from router.meshctl.model import Topology
+
+#: Top-level keys copied into every node config: topology key -> (section, key) in the node config.
+NODE_SETTINGS = {"link_capacity": ("node", "link_capacity"), "idle_timeout": ("node", "idle_timeout"),
+                 "log_level": ("node", "log_level")}
+SHARED_SECTIONS = ("router", "addresses", "telemetry")   # telemetry: files are named by node
 
 #: The node logs its ``state`` line at info level from this logger; ``mesh up`` and ``mesh status``
 #: read it, so it stays at info even when the topology asks for a quieter ``log_level``.
@@ -18,8 +22,6 @@ STATE_LOGGER = "router.node.server"
 
 def node_config(topology: Topology, node_id: str) -> dict[str, Any]:
     """The config data of ``node_id``: its listeners, a connector per edge it dials, shared settings."""
-    from router.meshctl.topology import NODE_SETTINGS, SHARED_SECTIONS
-
     spec = topology.node(node_id)
     host = topology.host
     settings = copy.deepcopy(dict(topology.settings))

@@ -11,77 +11,24 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from router.config import (  # the config's validation helpers
-    MAX_COST,
-    ConfigError,
-    _Invalid,
-    _wrong_type,
-)
+from router.config import DEFAULT_COST, MAX_COST, ConfigError, Invalid, parse_config, wrong_type
+from router.meshctl.model import DEFAULT_HOST, Edge, NodeSpec, Topology
+from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_config
 
-#: Top-level keys copied into every node config: topology key -> (section, key) in the node config.
-NODE_SETTINGS = {"link_capacity": ("node", "link_capacity"), "idle_timeout": ("node", "idle_timeout"),
-                 "log_level": ("node", "log_level")}
-SHARED_SECTIONS = ("router", "addresses", "telemetry")   # telemetry: files are named by node
 ROOT_KEYS = ("name", "host", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
 NODE_KEYS = ("client_port", "inter_router_port")
 EDGE_KEYS = ("from", "to", "cost")
-DEFAULT_HOST = "127.0.0.1"
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 class TopologyError(ConfigError):
     """An invalid or unreadable topology file; ``str(e) == "FILE: KEY_PATH: PROBLEM"``."""
-
-
-@dataclass(frozen=True)
-class NodeSpec:
-    """One node of the mesh: its id and ports (on the topology's host)."""
-
-    node_id: str
-    client_port: int
-    inter_router_port: int | None = None
-
-
-@dataclass(frozen=True)
-class Edge:
-    """``source`` dials ``target``'s inter-router listener; the link costs ``cost``."""
-
-    source: str
-    target: str
-    cost: int = 1
-
-
-@dataclass(frozen=True)
-class Topology:
-    """A validated topology. ``settings`` holds the optional sections shared by every node, as in the file."""
-
-    name: str
-    nodes: tuple[NodeSpec, ...]
-    edges: tuple[Edge, ...] = ()
-    host: str = DEFAULT_HOST
-    settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    source: str = "<memory>"
-
-    @property
-    def node_ids(self) -> list[str]:
-        return [n.node_id for n in self.nodes]
-
-    def node(self, node_id: str) -> NodeSpec:
-        for n in self.nodes:
-            if n.node_id == node_id:
-                return n
-        raise KeyError(node_id)
-
-    def client_url(self, node_id: str) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"amqp://{host}:{self.node(node_id).client_port}"
 
 
 def load_topology(path: str | os.PathLike[str]) -> Topology:
@@ -107,7 +54,7 @@ def parse_topology(data: object, source: str) -> Topology:
     """Validate already-parsed YAML data (``source`` names it in errors) and build a :class:`Topology`."""
     try:
         topology = _build(data, source)
-    except _Invalid as exc:
+    except Invalid as exc:
         raise TopologyError(source, exc.key_path, exc.problem) from None
     _check_node_configs(topology)
     return topology
@@ -118,51 +65,51 @@ def parse_topology(data: object, source: str) -> Topology:
 
 def _mapping(value: object, path: str, allowed: tuple[str, ...]) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
-        raise _wrong_type(value, "a mapping", path)
+        raise wrong_type(value, "a mapping", path)
     for key in value:
         if key not in allowed:
             where = f"{path}.{key}" if path != "<root>" else str(key)
-            raise _Invalid(where, f"unknown key {key!r} (allowed: {', '.join(allowed)})")
+            raise Invalid(where, f"unknown key {key!r} (allowed: {', '.join(allowed)})")
     return value
 
 
 def _name(value: object, path: str, what: str) -> str:
     if not isinstance(value, str):
         hint = " (quote it)" if isinstance(value, int | float | bool) else ""
-        raise _Invalid(path, f"{_wrong_type(value, 'string', path).problem}{hint}")
+        raise Invalid(path, f"{wrong_type(value, 'string', path).problem}{hint}")
     if not _NAME_RE.fullmatch(value):
-        raise _Invalid(path, f"invalid {what} {value!r}: use only letters, digits, '_', '.' and '-'")
+        raise Invalid(path, f"invalid {what} {value!r}: use only letters, digits, '_', '.' and '-'")
     return value
 
 
 def _int(value: object, path: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _wrong_type(value, "integer", path)
+        raise wrong_type(value, "integer", path)
     if not low <= value <= high:
-        raise _Invalid(path, f"out of range: must be between {low} and {high}, got {value}")
+        raise Invalid(path, f"out of range: must be between {low} and {high}, got {value}")
     return value
 
 
 def _host(value: object, path: str) -> str:
     if not isinstance(value, str):
-        raise _wrong_type(value, "string", path)
+        raise wrong_type(value, "string", path)
     if not value.strip() or any(c.isspace() for c in value):
-        raise _Invalid(path, f"invalid host {value!r}: must be non-empty, without whitespace")
+        raise Invalid(path, f"invalid host {value!r}: must be non-empty, without whitespace")
     return value
 
 
 def _nodes(value: object) -> list[NodeSpec]:
     if not isinstance(value, Mapping):
-        raise _wrong_type(value, "a mapping of node id to its ports", "nodes")
+        raise wrong_type(value, "a mapping of node id to its ports", "nodes")
     if not value:
-        raise _Invalid("nodes", "at least one node required")
+        raise Invalid("nodes", "at least one node required")
     nodes, ports = [], {}
     for key, entry in value.items():
         node_id = _name(key, f"nodes.{key}", "node id")
         path = f"nodes.{node_id}"
         entry = _mapping(entry, path, NODE_KEYS)
         if "client_port" not in entry:
-            raise _Invalid(f"{path}.client_port", "missing required key")
+            raise Invalid(f"{path}.client_port", "missing required key")
         client = _int(entry["client_port"], f"{path}.client_port", 1, 65535)
         inter = entry.get("inter_router_port")
         if inter is not None:
@@ -171,7 +118,7 @@ def _nodes(value: object) -> list[NodeSpec]:
             if port is None:
                 continue
             if port in ports:
-                raise _Invalid(f"{path}.{port_key}", f"duplicate port {port} (already used by {ports[port]})")
+                raise Invalid(f"{path}.{port_key}", f"duplicate port {port} (already used by {ports[port]})")
             ports[port] = f"{path}.{port_key}"
         nodes.append(NodeSpec(node_id, client, inter))
     return nodes
@@ -179,7 +126,7 @@ def _nodes(value: object) -> list[NodeSpec]:
 
 def _edges(value: object, nodes: dict[str, NodeSpec]) -> list[Edge]:
     if not isinstance(value, list):
-        raise _wrong_type(value, "a list of edges", "edges")
+        raise wrong_type(value, "a list of edges", "edges")
     edges: list[Edge] = []
     seen: dict[frozenset[str], int] = {}
     known = ", ".join(nodes)
@@ -189,22 +136,22 @@ def _edges(value: object, nodes: dict[str, NodeSpec]) -> list[Edge]:
         ends = []
         for key in ("from", "to"):
             if key not in entry:
-                raise _Invalid(f"{path}.{key}", "missing required key")
+                raise Invalid(f"{path}.{key}", "missing required key")
             node_id = entry[key]
             if not isinstance(node_id, str) or node_id not in nodes:
-                raise _Invalid(f"{path}.{key}", f"unknown node {node_id!r} (nodes: {known})")
+                raise Invalid(f"{path}.{key}", f"unknown node {node_id!r} (nodes: {known})")
             ends.append(node_id)
         source, target = ends
         if source == target:
-            raise _Invalid(path, f"self-edge: node {source!r} cannot connect to itself")
+            raise Invalid(path, f"self-edge: node {source!r} cannot connect to itself")
         pair = frozenset(ends)
         if pair in seen:
-            raise _Invalid(path, f"duplicate edge {source}-{target} (already edges[{seen[pair]}])")
+            raise Invalid(path, f"duplicate edge {source}-{target} (already edges[{seen[pair]}])")
         seen[pair] = i
         if nodes[target].inter_router_port is None:
-            raise _Invalid(f"{path}.to", f"node {target!r} has no nodes.{target}.inter_router_port to dial")
+            raise Invalid(f"{path}.to", f"node {target!r} has no nodes.{target}.inter_router_port to dial")
         cost = entry.get("cost")
-        cost = 1 if cost is None else _int(cost, f"{path}.cost", 1, MAX_COST)
+        cost = DEFAULT_COST if cost is None else _int(cost, f"{path}.cost", 1, MAX_COST)
         edges.append(Edge(source, target, cost))
     return edges
 
@@ -222,12 +169,12 @@ def _check_connected(nodes: list[NodeSpec], edges: list[Edge]) -> None:
             todo.append(peer)
     cut_off = [n.node_id for n in nodes if n.node_id not in seen]
     if cut_off:
-        raise _Invalid("edges", f"the mesh is not connected: {', '.join(cut_off)} cannot reach {first}")
+        raise Invalid("edges", f"the mesh is not connected: {', '.join(cut_off)} cannot reach {first}")
 
 
 def _build(data: object, source: str) -> Topology:
     if data is None:
-        raise _Invalid("<root>", "topology is empty: expected a mapping with at least 'nodes'")
+        raise Invalid("<root>", "topology is empty: expected a mapping with at least 'nodes'")
     root = _mapping(data, "<root>", ROOT_KEYS)
     default_name = Path(source).stem if source != "<memory>" else "mesh"
     name = root.get("name")
@@ -235,7 +182,7 @@ def _build(data: object, source: str) -> Topology:
     host = root.get("host")
     host = DEFAULT_HOST if host is None else _host(host, "host")
     if "nodes" not in root:
-        raise _Invalid("nodes", "missing required key")
+        raise Invalid("nodes", "missing required key")
     nodes = _nodes(root["nodes"])
     edges = _edges(root.get("edges") or [], {n.node_id: n for n in nodes})
     _check_connected(nodes, edges)
@@ -245,9 +192,6 @@ def _build(data: object, source: str) -> Topology:
 
 def _check_node_configs(topology: Topology) -> None:
     """Run every generated node config through the node's own validation; report in topology terms."""
-    from router.config import parse_config
-    from router.meshctl.nodeconfig import node_config
-
     for spec in topology.nodes:
         try:
             parse_config(node_config(topology, spec.node_id), topology.source)

@@ -1,13 +1,16 @@
-"""``telemetry: {dir, rotate_mb, sample}`` in a node's config."""
+"""``telemetry: {dir, rotate_mb, sample}`` in a node's config.
+
+Each key is declared once, as a field of :class:`TelemetryConfig`: its default is the field's, its checks
+are in ``__post_init__`` and :meth:`TelemetryConfig.from_mapping`, and the field's metadata holds what the
+README's configuration reference shows (``type`` and ``doc``; router.config.reference reads them).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-
-_KEYS = ("dir", "rotate_mb", "sample")
 
 
 @dataclass(frozen=True)
@@ -19,9 +22,12 @@ class TelemetryConfig:
     0..1, chosen by a counter (1.0 keeps all; 0.25 keeps every 4th). Events are never sampled.
     """
 
-    dir: str | os.PathLike[str]
-    rotate_mb: float = 64
-    sample: float = 1.0
+    dir: str | os.PathLike[str] = field(metadata={
+        "type": "path", "doc": "directory for the record files (created if missing)"})
+    rotate_mb: float = field(default=64, metadata={
+        "type": "MiB > 0", "doc": "start a new file before one would pass this size"})
+    sample: float = field(default=1.0, metadata={
+        "type": "number 0–1", "doc": "fraction of delivery records kept, every Nth (events are always kept)"})
 
     def __post_init__(self) -> None:
         if not str(self.dir):
@@ -56,3 +62,6 @@ class TelemetryConfig:
         if not isinstance(data["dir"], str):
             raise ValueError(f"dir: must be a string, not {data['dir']!r}")
         return cls(**{k: data[k] for k in _KEYS if k in data})
+
+
+_KEYS = tuple(f.name for f in fields(TelemetryConfig))

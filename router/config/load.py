@@ -1,0 +1,99 @@
+"""Reading a config file: YAML, every key's own check, then the checks across keys, then a NodeConfig.
+
+Every problem is a :class:`ConfigError` that names the file, the exact key path (``listeners[1].port``)
+and what is wrong with the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+import yaml
+
+from router.config.brokers import check_brokers
+from router.config.checks import first_duplicate
+from router.config.keys import Invalid, layout, read, type_name
+from router.config.model import NodeConfig
+from router.config.secure import Files, one_sasldb, secure_connector, secure_listener
+
+
+class ConfigError(Exception):
+    """An invalid or unreadable config; ``str(e) == "FILE: KEY_PATH: PROBLEM"``."""
+
+    def __init__(self, file: str, key_path: str, problem: str) -> None:
+        super().__init__(file, key_path, problem)
+        self.file = file
+        self.key_path = key_path
+        self.problem = problem
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key_path}: {self.problem}"
+
+
+def load_config(path: str | os.PathLike[str]) -> NodeConfig:
+    """Read, parse and validate a YAML config file; every failure is a :class:`ConfigError`."""
+    source = os.fsdecode(os.fspath(path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigError(source, "<file>", f"cannot read file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, "<file>", f"not valid UTF-8 text (byte offset {exc.start})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, "<file>", yaml_problem(exc)) from None
+    return parse_config(data, source)
+
+
+def parse_config(data: object, source: str) -> NodeConfig:
+    """Validate already-parsed YAML data (``source`` names it in errors) and build a :class:`NodeConfig`."""
+    try:
+        return _build(data, source)
+    except Invalid as exc:
+        raise ConfigError(source, exc.key_path, exc.problem) from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line, with the line and column where the parser stopped."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return f"invalid YAML: {problem}"
+    text = f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and context_mark is not None:
+        text += f" ({context} at line {context_mark.line + 1})"
+    return text
+
+
+def _build(data: object, source: str) -> NodeConfig:
+    top = ", ".join(layout(NodeConfig))
+    if data is None:
+        raise Invalid("<root>", f"config is empty: expected a mapping with keys {top}")
+    if not isinstance(data, Mapping):
+        raise Invalid("<root>", f"top level must be a mapping with keys {top}, got {type_name(data)}")
+    config = NodeConfig(**read(NodeConfig, data, ""), source=source)
+    files = Files(source)
+    listeners = [secure_listener(lc, f"listeners[{i}]", files) for i, lc in enumerate(config.listeners)]
+    one_sasldb(listeners)
+    first_duplicate([lc.port or None for lc in listeners], lambda i: f"listeners[{i}].port", "port")
+    first_duplicate([r.prefix for r in config.address_rules], lambda i: f"addresses.rules[{i}].prefix",
+                    "prefix")
+    connectors = [secure_connector(cc, f"connectors[{i}]", files) for i, cc in enumerate(config.connectors)]
+    first_duplicate([(c.host, c.port) for c in connectors], lambda i: f"connectors[{i}]", "host and port")
+    timers = config.router_timers
+    hello, max_age = timers["hello_interval"], timers["hello_max_age"]
+    if max_age <= hello:
+        raise Invalid("router.hello_max_age",
+                      f"must exceed router.hello_interval ({hello:g}), got {max_age:g}")
+    ra, flux = timers["ra_interval"], timers["ra_interval_flux"]
+    if flux > ra:
+        raise Invalid("router.ra_interval_flux",
+                      f"must not exceed router.ra_interval ({ra:g}), got {flux:g}")
+    check_brokers(config.brokers, [(r.prefix, r.distribution) for r in config.address_rules],
+                  config.default_distribution)
+    return dataclasses.replace(config, listeners=tuple(listeners), connectors=tuple(connectors))

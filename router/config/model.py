@@ -1,0 +1,261 @@
+"""The configuration model: frozen dataclasses the node runs from, each field a YAML key declared once.
+
+The layout is fixed by docs/CONTRACTS.md. Each field's :func:`~router.config.keys.key` holds the key's
+checker, its default (the field's) and its line in the README's configuration reference; the field
+order is the order keys are checked in. ``NodeConfig`` is flat for the code that reads it; its fields'
+``group`` puts them back into the file's ``node:`` and ``addresses:`` mappings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from router.config import checks as c
+from router.config.brokers import BrokerConfig
+from router.config.keys import Check, Invalid, declare, join, section
+from router.defaults import (
+    HELLO_INTERVAL,
+    HELLO_MAX_AGE,
+    LINK_CAPACITY,
+    LS_MAX_AGE,
+    MAX_FRAME_SIZE,
+    RA_INTERVAL,
+    RA_INTERVAL_FLUX,
+)
+from router.telemetry.config import TelemetryConfig
+
+DISTRIBUTIONS = ("closest", "balanced", "multicast")
+ROLES = ("normal", "inter-router")
+CONNECTOR_ROLES = ("inter-router",)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
+SASL_MECHANISMS = ("ANONYMOUS", "PLAIN", "EXTERNAL")
+CONNECTOR_SASL_MECHANISMS = ("ANONYMOUS", "EXTERNAL")
+MAX_COST = 2**24
+#: The cost of a link when neither end configures one (listeners, connectors, topology edges).
+DEFAULT_COST = 1
+#: Credit is granted through Proton as a C int.
+MAX_LINK_CAPACITY = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+
+_cost = c.int_in(1, MAX_COST)
+_seconds = c.number_at_least(0, "seconds")
+_distribution = c.choice(DISTRIBUTIONS, "distribution")
+_log_level = c.choice(LOG_LEVELS, "log level")
+
+
+@dataclass(frozen=True)
+class ListenerTls:
+    """TLS on a listener: our certificate, and optionally the client certificates we require."""
+
+    cert: str = declare(c.file_path, "PEM file of our certificate (chain)")
+    key: str = declare(c.file_path, "PEM file of our private key")
+    key_password_file: str | None = declare(c.file_path, "file whose first line is the key's password", None)
+    ca: str | None = declare(
+        c.file_path, "PEM file of the CAs that sign acceptable client certificates", None)
+    require_client_cert: bool = declare(
+        c.boolean, "mutual TLS: a client without a certificate signed by `ca` is refused (needs `ca`)", False)
+    protocols: tuple[str, ...] = declare(
+        c.protocols(TLS_PROTOCOLS), "allowed TLS versions", (), show="OpenSSL's defaults")
+
+
+@dataclass(frozen=True)
+class ListenerSasl:
+    """SASL on a listener: what clients may authenticate with, and where PLAIN users come from."""
+
+    mechanisms: tuple[str, ...] = declare(
+        c.mechanisms(SASL_MECHANISMS),
+        "offered mechanisms; without `ANONYMOUS` a client must authenticate (skipping SASL is refused)",
+        ("ANONYMOUS",))
+    users_file: str | None = declare(
+        c.file_path, "PLAIN checks this meshrouter users file (`meshrouter passwd`); re-read when it changes",
+        None)
+    sasldb: str | None = declare(
+        c.file_path, "or PLAIN checks this Cyrus sasldb (e.g. `/etc/sasldb2`, `saslpasswd2`); one per node",
+        None)
+    allow_plain_without_tls: bool = declare(
+        c.boolean, "offer and accept PLAIN on connections without TLS", False)
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """One listening socket, with its security settings and per-connection limits (None = no limit)."""
+
+    host: str = declare(c.host, "address to bind")
+    port: int = declare(c.int_in(0, 65535), "0 picks a free port (printed on stdout)")
+    role: str = declare(c.choice(ROLES, "role"), "clients, or peer nodes of the mesh", "normal")
+    cost: int = declare(_cost, "inter-router: this end's cost of links made through it", DEFAULT_COST)
+    tls: ListenerTls | None = declare(
+        section(ListenerTls), "TLS on this listener (plain AMQP is then refused there); the node prints "
+                              "`amqps://`", None)
+    sasl: ListenerSasl = declare(section(ListenerSasl), "SASL on this listener", ListenerSasl())
+    max_connections: int | None = declare(
+        c.int_in(1, 2**31 - 1), "more connections get a Close `amqp:resource-limit-exceeded`", None)
+    max_frame_size: int = declare(c.int_in(512, UINT32_MAX), "max-frame-size of our Open", MAX_FRAME_SIZE)
+    max_message_size: int | None = declare(
+        c.int_in(1, 2**63 - 1), "bigger transfers are REJECTED `amqp:link:message-size-exceeded`; "
+                                "advertised on receiving links", None)
+    max_sessions: int | None = declare(
+        c.int_in(1, 65536), "sessions per connection (our Open's channel-max + 1)", None,
+        show="none (32768)")
+    max_links: int | None = declare(
+        c.int_in(1, 2**31 - 1), "client links per connection; more attaches are refused "
+                                "`amqp:resource-limit-exceeded`", None)
+    idle_timeout: float | None = declare(
+        _seconds, "idle timeout of this listener's connections; 0 disables it", None,
+        show="`node.idle_timeout`")
+
+
+@dataclass(frozen=True)
+class ConnectorTls:
+    """TLS on a connector: the CA that must sign the peer's certificate, and ours if we present one."""
+
+    ca: str = declare(c.file_path, "PEM file of the CAs that must sign the peer's certificate")
+    cert: str | None = declare(c.file_path, "our client certificate, for a peer that requires one", None)
+    key: str | None = declare(c.file_path, "the private key of `cert`", None)
+    key_password_file: str | None = declare(c.file_path, "file whose first line is the key's password", None)
+    verify_peer_name: bool = declare(
+        c.boolean, "the peer's certificate must name `peer_name` (a DNS name in its subjectAltName or CN)",
+        True)
+    peer_name: str | None = declare(c.host, "the name the peer's certificate must carry", None, show="`host`")
+    protocols: tuple[str, ...] = declare(
+        c.protocols(TLS_PROTOCOLS), "allowed TLS versions", (), show="OpenSSL's defaults")
+
+
+@dataclass(frozen=True)
+class ConnectorSasl:
+    """SASL on a connector: the ``sasl:`` mapping, held as :attr:`ConnectorConfig.sasl_mechanisms`."""
+
+    mechanisms: tuple[str, ...] = declare(
+        c.mechanisms(CONNECTOR_SASL_MECHANISMS),
+        "mechanisms we may use (EXTERNAL is preferred when the peer offers it)")
+
+
+def _connector_sasl(value: object, path: str) -> tuple[str, ...]:
+    return section(ConnectorSasl)(value, path).mechanisms
+
+
+@dataclass(frozen=True)
+class ConnectorConfig:
+    """An outgoing connection this node keeps open (retrying with backoff) to a peer node."""
+
+    host: str = declare(c.host, "the peer's inter-router listener: host")
+    port: int = declare(c.int_in(1, 65535), "the peer's inter-router listener: port")
+    role: str = declare(c.choice(CONNECTOR_ROLES, "role"), "peer nodes of the mesh", "inter-router")
+    cost: int = declare(_cost, "link cost = max of both ends' configured cost", DEFAULT_COST)
+    tls: ConnectorTls | None = declare(section(ConnectorTls), "dial with TLS", None)
+    sasl_mechanisms: tuple[str, ...] | None = declare(
+        Check(_connector_sasl, "map", keys=ConnectorSasl),
+        "SASL when dialling; without it `[EXTERNAL, ANONYMOUS]` with `tls.cert`, else `[ANONYMOUS]`",
+        None, name="sasl")
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The optional HTTP listener serving Prometheus metrics at `/metrics`."""
+
+    host: str = declare(c.host, "where `/metrics` listens", "127.0.0.1")
+    port: int = declare(
+        c.int_in(0, 65535), "0 picks a free port (printed on stdout as `listening: role=metrics url=...`)",
+        9464)
+
+
+@dataclass(frozen=True)
+class AddressRule:
+    """Distribution for every address under ``prefix`` (normalised: no ``amqp:/`` or leading ``/``)."""
+
+    prefix: str = declare(c.prefix, "addresses under this prefix (`amqp:/` and a leading `/` are dropped)")
+    distribution: str = declare(_distribution, "how they are distributed")
+
+
+_timer = c.number_at_least(0.001, "seconds")
+
+
+@dataclass(frozen=True)
+class RouterTimers:
+    """``router:``: the control-plane timers in seconds, passed on as router.linkstate.LinkStateConfig."""
+
+    hello_interval: float = declare(_timer, "HELLO period", HELLO_INTERVAL)
+    hello_max_age: float = declare(
+        _timer, "a neighbour silent this long is lost; more than `hello_interval`", HELLO_MAX_AGE)
+    ra_interval: float = declare(_timer, "router advertisements while the topology is stable", RA_INTERVAL)
+    ra_interval_flux: float = declare(
+        _timer, "router advertisements while the topology changes; at most `ra_interval`", RA_INTERVAL_FLUX)
+    ls_max_age: float = declare(_timer, "a remote link state not refreshed this long is cleared", LS_MAX_AGE)
+
+
+#: The ``router:`` timers and their defaults.
+ROUTER_TIMERS = {f.name: f.default for f in dataclasses.fields(RouterTimers)}
+
+
+def _router_timers(value: object, path: str) -> Mapping[str, float]:
+    return MappingProxyType(dataclasses.asdict(section(RouterTimers)(value, path)))
+
+
+def _telemetry(value: object, path: str) -> TelemetryConfig:
+    """TelemetryConfig checks its own keys; its ``"KEY: problem"`` becomes a key path and a problem."""
+    try:
+        return TelemetryConfig.from_mapping(value)
+    except ValueError as exc:
+        key_name, sep, problem = str(exc).partition(": ")   # "KEY: problem", or a whole-section problem
+        if sep and " " not in key_name:
+            raise Invalid(join(path, key_name), problem) from None
+        raise Invalid(path, str(exc)) from None
+
+
+def _empty_mapping() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A validated node configuration (see docs/CONTRACTS.md for the meaning of each field)."""
+
+    node_id: str = declare(
+        c.node_id, "node name, used as the AMQP container-id; letters, digits, `_ . -`", name="id",
+        group="node")
+    listeners: tuple[ListenerConfig, ...] = declare(
+        c.list_of(section(ListenerConfig), "listener", at_least=1), "sockets accepting AMQP connections")
+    default_distribution: str = declare(
+        _distribution, "for addresses that match no rule", "balanced", name="default", group="addresses")
+    address_rules: tuple[AddressRule, ...] = declare(
+        c.list_of(section(AddressRule), "rules"), "distribution by address prefix; the longest matching "
+                                                  "prefix wins", (), name="rules", group="addresses")
+    link_capacity: int = declare(
+        c.int_in(1, MAX_LINK_CAPACITY), "credit window per producer link, and the most unsettled deliveries "
+                                        "it may have in flight", LINK_CAPACITY, group="node")
+    idle_timeout: float = declare(
+        _seconds, "idle timeout advertised on every connection; 0 disables it", 16.0, group="node")
+    log_level: str = declare(_log_level, "log level (stderr, one line per event)", "info", group="node")
+    log_levels: Mapping[str, str] = declare(
+        c.log_levels(_log_level), "per-module levels, e.g. `{router.node: debug}`", factory=_empty_mapping,
+        hash=False, group="node")
+    connectors: tuple[ConnectorConfig, ...] = declare(
+        c.list_of(section(ConnectorConfig), "connectors"), "peer nodes this node dials and keeps connected "
+                                                           "(retry 0.1 s doubling to 5 s)", ())
+    router_timers: Mapping[str, float] = declare(
+        Check(_router_timers, "map", keys=RouterTimers), "control-plane timers", factory=_empty_mapping,
+        hash=False, name="router")
+    telemetry: TelemetryConfig | None = declare(
+        Check(_telemetry, "map", keys=TelemetryConfig),
+        "write a record per settled delivery and per link or connection event (see Telemetry)", None)
+    brokers: tuple[BrokerConfig, ...] = declare(
+        c.list_of(section(BrokerConfig), "brokers"),
+        "bridge addresses through AMQP 0-9-1 brokers (see Brokers)", ())
+    metrics: MetricsConfig | None = declare(
+        section(MetricsConfig), "serve Prometheus metrics over HTTP at `/metrics`; `metrics: {}` turns it "
+                                "on with the defaults", None)
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        # Keep the instance immutable even when built by hand from lists and dicts.
+        object.__setattr__(self, "listeners", tuple(self.listeners))
+        object.__setattr__(self, "connectors", tuple(self.connectors))
+        object.__setattr__(self, "brokers", tuple(self.brokers))
+        object.__setattr__(self, "router_timers", MappingProxyType({**ROUTER_TIMERS,
+                                                                    **self.router_timers}))
+        object.__setattr__(self, "address_rules", tuple(self.address_rules))
+        object.__setattr__(self, "log_levels", MappingProxyType(dict(self.log_levels)))

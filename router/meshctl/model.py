@@ -1,0 +1,56 @@
+"""A validated mesh topology: its nodes with their ports, the edges between them, the shared settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.config import DEFAULT_COST
+
+#: Every listener binds it and every connector dials it, unless the topology names another host.
+DEFAULT_HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of the mesh: its id and ports (on the topology's host)."""
+
+    node_id: str
+    client_port: int
+    inter_router_port: int | None = None
+
+
+@dataclass(frozen=True)
+class Edge:
+    """``source`` dials ``target``'s inter-router listener; the link costs ``cost``."""
+
+    source: str
+    target: str
+    cost: int = DEFAULT_COST
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A validated topology. ``settings`` holds the optional sections shared by every node, as in the file."""
+
+    name: str
+    nodes: tuple[NodeSpec, ...]
+    edges: tuple[Edge, ...] = ()
+    host: str = DEFAULT_HOST
+    settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    source: str = "<memory>"
+
+    @property
+    def node_ids(self) -> list[str]:
+        return [n.node_id for n in self.nodes]
+
+    def node(self, node_id: str) -> NodeSpec:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def client_url(self, node_id: str) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"amqp://{host}:{self.node(node_id).client_port}"
