@@ -12,16 +12,19 @@ bridge links; it also offers what the management agent needs. What a user gets:
 
 * :meth:`NodeConnection.receiver`: a consumer of an address; the owner grants credit
   (:meth:`NodeLink.flow`), gets each whole message as ``bytes`` (``on_message``; multi-frame transfers
-  are assembled, aborted ones dropped) and gives it its outcome (:meth:`NodeConnection.settle`).
+  are assembled, aborted ones dropped) and gives it its outcome, with an optional error condition
+  (:meth:`NodeConnection.settle`).
 * :meth:`NodeConnection.sender`: a producer to an address, or with ``None`` an anonymous sender (no
   target: the node routes each message by its ``to``). :meth:`NodeConnection.send` sends whole
-  encoded messages, unsettled; ``on_outcome`` reports each terminal outcome (ACCEPTED, REJECTED,
-  RELEASED, MODIFIED, or 0 when settled without one), then :meth:`NodeConnection.forget` settles it.
+  encoded messages (``bytes`` or ``bytearray``), unsettled; ``on_outcome`` reports each terminal
+  outcome (ACCEPTED, REJECTED, RELEASED, MODIFIED, or 0 when settled without one; its error condition
+  from :meth:`NodeConnection.condition`), then :meth:`NodeConnection.forget` settles it.
 * ``on_flow`` when a link's credit or drain state changes, ``on_link_closed`` when the node detaches
   a link or the connection goes (:attr:`NodeLink.error` holds the node's error condition, if any).
 
 It encodes and decodes no message: owners bring their own codec. Everything runs on the loop it was
-given; nothing here blocks or starts threads.
+given; nothing here blocks or starts threads. Its one timer is Proton's idle-timeout tick (heartbeats
+to the node). It imports Proton's cffi layer and nothing of the router: it is part of the adapter.
 """
 
 from __future__ import annotations
