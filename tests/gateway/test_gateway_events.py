@@ -114,6 +114,20 @@ class FakeChannel:
         callback(None)
 
 
+class TimerSpy:
+    """Records every timer the gateway sets on the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.timers: list[object] = []
+        real = loop.call_later
+
+        def call_later(delay: float, callback: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+            self.timers.append(callback)
+            return real(delay, callback, *args)
+
+        loop.call_later = call_later
+
+
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
     lp = asyncio.new_event_loop()
@@ -137,8 +151,8 @@ def up_gateway(loop: asyncio.AbstractEventLoop, address: str) -> tuple[BrokerGat
 
 
 def test_both_switches_on_consumer_events_without_timers(loop):
+    spy = TimerSpy(loop)
     gw, node, local = up_gateway(loop, "notify")
-    assert loop._scheduled == []                     # nothing polls (asyncio's timer heap)
     assert node.asked == [("notify", "gateway-conn")]   # its own links do not count
     tb, fb = gw.to_broker["notify"], gw.from_broker["notify"]
     [rx] = local.receivers()
@@ -158,7 +172,7 @@ def test_both_switches_on_consumer_events_without_timers(loop):
     [rx2] = local.receivers()
     assert rx2.flows == [WINDOW] and not fb.allowed
     assert not gw.consumer_channels["notify"].consuming
-    assert loop._scheduled == []
+    assert spy.timers == []                          # nothing polls
 
     gw.confirms = None                               # (a stand-in: nothing to release)
     gw.stop()
