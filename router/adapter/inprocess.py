@@ -1,12 +1,30 @@
-"""The gateway's data path to its own node: an AMQP 1.0 client driven through Proton-C's cffi layer.
+"""The node's in-process AMQP 1.0 client: Proton-C driven through its cffi layer, over a socketpair.
 
-Same wire shape as :class:`router.gateway.local.LocalConnection` (one end of an in-process socketpair
-is handed to the node as an accepted client), but without python-qpid-proton's wrapper objects: events,
-links and deliveries are raw ``pn_*`` pointers, message bytes are read into one reused buffer, and the
-socket is read and written through reused buffers, the way the node's engine does it. The bridges see
-:class:`NodeLink` objects and whole messages as ``bytes``.
+One end of an in-process socketpair is handed to the node exactly like an accepted client socket
+(``attach(sock, peer)``); the other end is driven here, on the node's own asyncio loop, by a Proton
+connection, transport and collector, without python-qpid-proton's wrapper objects: events, links and
+deliveries are raw ``pn_*`` pointers, message bytes are read into one reused buffer, and the socket is
+read and written through reused buffers, the way the node's engine does it. To the node this is an
+ordinary client, so forwarding, credit and outcomes need no special case.
 
-``LocalConnection`` stays for clients that want python-qpid-proton objects (the management agent).
+This is the one in-process client of the node. The broker gateway (``router.gateway``) uses it for its
+bridge links; it also offers what the management agent needs. What a user gets:
+
+* :meth:`NodeConnection.receiver`: a consumer of an address; the owner grants credit
+  (:meth:`NodeLink.flow`), gets each whole message as ``bytes`` (``on_message``; multi-frame transfers
+  are assembled, aborted ones dropped) and gives it its outcome, with an optional error condition
+  (:meth:`NodeConnection.settle`).
+* :meth:`NodeConnection.sender`: a producer to an address, or with ``None`` an anonymous sender (no
+  target: the node routes each message by its ``to``). :meth:`NodeConnection.send` sends whole
+  encoded messages (``bytes`` or ``bytearray``), unsettled; ``on_outcome`` reports each terminal
+  outcome (ACCEPTED, REJECTED, RELEASED, MODIFIED, or 0 when settled without one; its error condition
+  from :meth:`NodeConnection.condition`), then :meth:`NodeConnection.forget` settles it.
+* ``on_flow`` when a link's credit or drain state changes, ``on_link_closed`` when the node detaches
+  a link or the connection goes (:attr:`NodeLink.error` holds the node's error condition, if any).
+
+It encodes and decodes no message: owners bring their own codec. Everything runs on the loop it was
+given; nothing here blocks or starts threads. Its one timer is Proton's idle-timeout tick (heartbeats
+to the node). It imports Proton's cffi layer and nothing of the router: it is part of the adapter.
 """
 
 from __future__ import annotations
@@ -31,6 +49,9 @@ from cproton_ffi.lib import (
     pn_collector_free,
     pn_collector_peek,
     pn_collector_pop,
+    pn_condition_get_description,
+    pn_condition_get_name,
+    pn_condition_is_set,
     pn_condition_set_description,
     pn_condition_set_name,
     pn_connection,
@@ -66,6 +87,7 @@ from cproton_ffi.lib import (
     pn_link_get_drain,
     pn_link_open,
     pn_link_recv,
+    pn_link_remote_condition,
     pn_link_send,
     pn_link_source,
     pn_link_state,
@@ -91,35 +113,54 @@ from cproton_ffi.lib import (
 log = logging.getLogger(__name__)
 
 IO_CHUNK = 256 * 1024
-SESSION_CAPACITY = 8 * 1024 * 1024   # bytes the node may have in flight to the gateway
+SESSION_CAPACITY = 8 * 1024 * 1024   # bytes the node may have in flight to this client
 TICK_INTERVAL = 1.0                  # seconds between idle-timeout checks (heartbeats to the node)
 ACCEPTED, REJECTED, RELEASED, MODIFIED = 0x24, 0x25, 0x26, 0x27
 TERMINAL = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
 
 
-class LinkEvents(Protocol):
-    """What a link's owner is told. Receiver links get ``on_message``, sender links ``on_outcome``."""
+class ReceiverEvents(Protocol):
+    """What the owner of a receiver link is told."""
 
-    def on_message(self, dlv: object, data: bytes, settled: bool) -> None: ...
+    def on_message(self, dlv: object, data: bytes, settled: bool) -> None:
+        """A whole message; give it an outcome with :meth:`NodeConnection.settle` (also when
+        ``settled``: the node sent it pre-settled, settle it with no outcome)."""
+
+    def on_flow(self) -> None:
+        """The link's credit or drain state changed."""
+
+    def on_link_closed(self) -> None:
+        """The node detached the link, or the connection is gone; the link is dead."""
+
+
+class SenderEvents(Protocol):
+    """What the owner of a sender link is told."""
 
     def on_outcome(self, dlv: object, outcome: int, undeliverable: bool) -> None:
-        """A sent delivery is terminal (``outcome`` 0: settled without one)."""
+        """A sent delivery is terminal (``outcome`` 0: settled without one); call
+        :meth:`NodeConnection.forget` once handled."""
 
-    def on_flow(self) -> None: ...
+    def on_flow(self) -> None:
+        """The node gave credit, or asked to drain it."""
 
-    def on_link_closed(self) -> None: ...
+    def on_link_closed(self) -> None:
+        """The node detached the link, or the connection is gone; the link is dead."""
 
 
 class NodeLink:
     """One link to the node (a ``pn_link_t`` pointer and its owner)."""
 
-    __slots__ = ("handle", "address", "handler", "is_sender")
+    __slots__ = ("handle", "address", "handler", "is_sender", "conn", "error")
 
-    def __init__(self, handle: object, address: str, handler: LinkEvents, is_sender: bool) -> None:
+    def __init__(self, handle: object, address: str | None, handler: ReceiverEvents | SenderEvents,
+                 is_sender: bool, conn: NodeConnection) -> None:
         self.handle = handle
-        self.address = address
+        self.address = address          # None: an anonymous sender
         self.handler = handler
         self.is_sender = is_sender
+        self.conn = conn
+        # (name, description) of the error the node detached the link with, set before on_link_closed
+        self.error: tuple[str, str] | None = None
 
     @property
     def credit(self) -> int:
@@ -130,34 +171,44 @@ class NodeLink:
         return bool(pn_link_get_drain(self.handle))
 
     def flow(self, n: int) -> None:
+        """A receiver grants ``n`` more credit."""
         pn_link_flow(self.handle, n)
+        self.conn.kick()
 
     def drain(self, n: int) -> None:
+        """A receiver grants ``n`` credit and asks the node to use it or give it back."""
         pn_link_drain(self.handle, n)
+        self.conn.kick()
 
     def drained(self) -> None:
+        """A sender in drain mode gives back the credit it does not use."""
         pn_link_drained(self.handle)
+        self.conn.kick()
 
 
 class NodeConnection:
-    """An AMQP 1.0 client connection to the node this gateway runs in (cffi, no wrapper objects)."""
+    """An AMQP 1.0 client connection to the node this code runs in (cffi, no wrapper objects)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, attach: Callable[[socket.socket, str], object],
-                 name: str) -> None:
+                 name: str, kind: str = "gateway") -> None:
         """``attach(sock, peer)`` gives the node its end of the pair and returns the node's connection
-        record (used to tell the gateway's own links from other consumers)."""
+        record (:attr:`node_conn`: the gateway tells its own links from other consumers by it). The
+        node sees peer ``<kind>:<name>`` and container id ``<kind>-<name>``; log lines say
+        ``<kind> <name>``."""
         self.loop = loop
         self.name = name
+        self.label = f"{kind} {name}"
         ours, theirs = socket.socketpair()
         ours.setblocking(False)
         theirs.setblocking(False)
         self.sock = ours
         self.fd = ours.fileno()
-        self.node_conn = attach(theirs, f"gateway:{name}")
+        self.node_conn = attach(theirs, f"{kind}:{name}")
         self.collector = pn_collector()
         self.pn_conn = pn_connection()
         self.transport = pn_transport()
-        pn_connection_set_container(self.pn_conn, f"gateway-{name}".encode())
+        self._prefix = f"{kind}-{name}"
+        pn_connection_set_container(self.pn_conn, self._prefix.encode())
         pn_connection_collect(self.pn_conn, self.collector)
         pn_transport_bind(self.transport, self.pn_conn)
         pn_connection_open(self.pn_conn)
@@ -185,25 +236,31 @@ class NodeConnection:
         self.kick()
 
     # ---- links -----------------------------------------------------------------------------------------
-    def _open(self, address: str, handler: LinkEvents, is_sender: bool) -> NodeLink:
+    def _open(self, address: str | None, handler: ReceiverEvents | SenderEvents, is_sender: bool) -> NodeLink:
+        if self.closed:
+            raise RuntimeError(f"{self.label}: the connection to the node is closed")
         self._names += 1
         kind = "out" if is_sender else "in"
-        name = f"gateway-{self.name}-{kind}-{self._names}-{address}".encode()
+        tail = address if address is not None else "(anonymous)"
+        name = f"{self._prefix}-{kind}-{self._names}-{tail}".encode()
         handle = pn_sender(self.session, name) if is_sender else pn_receiver(self.session, name)
-        addr = address.encode()
-        pn_terminus_set_address(pn_link_source(handle), addr)
-        pn_terminus_set_address(pn_link_target(handle), addr)
-        link = self.links[handle] = NodeLink(handle, address, handler, is_sender)
+        if address is not None:
+            addr = address.encode()
+            pn_terminus_set_address(pn_link_source(handle), addr)
+            pn_terminus_set_address(pn_link_target(handle), addr)
+        link = self.links[handle] = NodeLink(handle, address, handler, is_sender, self)
         pn_link_open(handle)
         self.kick()
         return link
 
-    def receiver(self, address: str, handler: LinkEvents) -> NodeLink:
-        """Attach a consumer of ``address`` (the node sends to it); grants no credit yet."""
+    def receiver(self, address: str, handler: ReceiverEvents) -> NodeLink:
+        """Attach a consumer of ``address`` (the node sends to it); grants no credit: the owner does,
+        with :meth:`NodeLink.flow`."""
         return self._open(address, handler, False)
 
-    def sender(self, address: str, handler: LinkEvents) -> NodeLink:
-        """Attach a producer to ``address``; it gets credit while the mesh has a consumer for it."""
+    def sender(self, address: str | None, handler: SenderEvents) -> NodeLink:
+        """Attach a producer to ``address``; it gets credit while the mesh has a consumer for it.
+        ``None``: an anonymous sender (no target), each message goes where its ``to`` says."""
         return self._open(address, handler, True)
 
     def close_link(self, link: NodeLink) -> None:
@@ -218,11 +275,13 @@ class NodeConnection:
         self.kick()
 
     # ---- deliveries ------------------------------------------------------------------------------------
-    def send(self, link: NodeLink, data: bytes) -> object:
-        """Send one whole message, unsettled; returns its delivery (the key of its outcome)."""
+    def send(self, link: NodeLink, data: bytes | bytearray | memoryview) -> object:
+        """Send one whole encoded message, unsettled; returns its delivery (the key of its outcome)."""
         h = link.handle
         self._tagnum[0] += 1
         d = pn_delivery(h, self._tag)
+        if data.__class__ is not bytes:             # python-qpid-proton's Message.encode gives a bytearray
+            data = ffi.from_buffer(data)
         pn_link_send(h, data, len(data))
         pn_link_advance(h)
         self.kick()
@@ -238,6 +297,11 @@ class NodeConnection:
             pn_delivery_update(dlv, outcome)
         pn_delivery_settle(dlv)
         self.kick()
+
+    def condition(self, dlv: object) -> tuple[str, str] | None:
+        """The (name, description) of the error the node gave a sent delivery's outcome, if any (a
+        REJECTED outcome usually has one); call it before :meth:`forget`."""
+        return _condition(pn_disposition_condition(pn_delivery_remote(dlv)))
 
     def forget(self, dlv: object) -> None:
         """Settle a sent delivery whose outcome was handled."""
@@ -262,10 +326,10 @@ class NodeConnection:
                 elif t == PN_LINK_REMOTE_CLOSE or t == PN_LINK_REMOTE_DETACH:
                     self._on_link_closed(pn_event_link(ev))
                 elif t == PN_CONNECTION_REMOTE_CLOSE or t == PN_TRANSPORT_CLOSED:
-                    self._lost("the node closed the gateway's connection")
+                    self._lost("the node closed the connection")
                     return
             except Exception:
-                log.exception("gateway %s: internal error handling a Proton event (%d)", self.name, t)
+                log.exception("%s: internal error handling a Proton event (%d)", self.label, t)
             pop(coll)
             ev = peek(coll)
 
@@ -314,6 +378,8 @@ class NodeConnection:
             pn_link_free(h)
             return
         link = self.links.pop(h, None)
+        if link is not None:
+            link.error = _condition(pn_link_remote_condition(h))
         if pn_link_state(h) & PN_LOCAL_ACTIVE:
             pn_link_close(h)
         pn_link_free(h)                # Proton sends our detach, then forgets the link
@@ -343,7 +409,7 @@ class NodeConnection:
                 n = 0
             if n == 0:
                 pn_transport_close_tail(t)
-                self._lost("the node closed the gateway's connection")
+                self._lost("the node closed the connection")
                 return
             pn_transport_push(t, self._rbuf_c, n)
             if n < want:
@@ -391,7 +457,7 @@ class NodeConnection:
 
     def _lost(self, why: str) -> None:
         if not self.closed:
-            log.warning("gateway %s: %s", self.name, why)
+            log.warning("%s: %s", self.label, why)
             self.close()
 
     def close(self) -> None:
@@ -406,7 +472,7 @@ class NodeConnection:
             try:
                 link.handler.on_link_closed()
             except Exception:
-                log.exception("gateway %s: internal error closing a link", self.name)
+                log.exception("%s: internal error closing a link", self.label)
         try:
             self.loop.remove_reader(self.fd)
             if self._writing:
@@ -419,3 +485,12 @@ class NodeConnection:
         pn_connection_release(self.pn_conn)
         pn_collector_free(self.collector)
         self.transport = self.pn_conn = self.collector = None
+
+
+def _condition(cond: object) -> tuple[str, str] | None:
+    """An error condition's (name, description), None when it is not set."""
+    if not pn_condition_is_set(cond):
+        return None
+    name, desc = pn_condition_get_name(cond), pn_condition_get_description(cond)
+    return (ffi.string(name).decode(errors="replace") if name != ffi.NULL else "",
+            ffi.string(desc).decode(errors="replace") if desc != ffi.NULL else "")

@@ -23,21 +23,22 @@ is still in the mesh. Requeues and dead-letters go out at once, one by one.
 
 When the channel is lost, the broker requeues every unacknowledged message itself; outcomes that
 arrive later are dropped, so a message the mesh accepted may be delivered again (at-least-once).
+
+A bridge sees its gateway only through :class:`~router.gateway.context.BridgeContext` (name, loop, the
+connection to the node, counters); the gateway starts and stops it and says whether it may feed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from router.adapter.inprocess import ACCEPTED, MODIFIED, REJECTED, NodeLink
+from router.gateway.context import BridgeContext
 from router.gateway.delivery091 import GatewayConnection
 from router.gateway.mapping import from_091
 from router.gateway.topology import Topology
-
-if TYPE_CHECKING:
-    from router.gateway.gateway import BrokerGateway
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ ACK, DONE = 1, 2     # an accepted message's ack is due / a message the broker n
 class FromBroker:
     """One bridged address, broker -> mesh."""
 
-    def __init__(self, gateway: BrokerGateway, address: str, topo: Topology) -> None:
-        self.gw = gateway
+    def __init__(self, ctx: BridgeContext, address: str, topo: Topology) -> None:
+        self.ctx = ctx
         self.address = address
         self.topo = topo
         self.link: NodeLink | None = None
@@ -74,14 +75,14 @@ class FromBroker:
         if isinstance(conn, GatewayConnection):
             conn.fast_deliveries(channel, self._on_fast_delivery)
         if self.link is None:
-            self.link = self.gw.local.sender(self.address, self)
+            self.link = self.ctx.local.sender(self.address, self)
 
     def stop(self) -> None:
         """The broker is gone: detach (the broker requeues what was unacknowledged)."""
         self._reset(None)
         if self.link is not None:
             link, self.link = self.link, None
-            self.gw.local.close_link(link)
+            self.ctx.local.close_link(link)
 
     def _reset(self, channel: Any) -> None:
         old = self.channel
@@ -132,8 +133,8 @@ class FromBroker:
         only tops up to ``link_capacity`` minus the credit the drain consumed, and is not replenished
         (see the gateway report), so a drained link would stall once the mesh consumer comes back."""
         old, self.link = self.link, None
-        self.gw.local.close_link(old)
-        self.link = self.gw.local.sender(self.address, self)
+        self.ctx.local.close_link(old)
+        self.link = self.ctx.local.sender(self.address, self)
 
     def _cancelled(self, _frame: Any) -> None:
         self.consumer_tag = None
@@ -166,11 +167,11 @@ class FromBroker:
         try:
             self._deliver(tag, props, body)
         except Exception:
-            log.exception("gateway %s: internal error handling a delivery for %s", self.gw.name,
+            log.exception("gateway %s: internal error handling a delivery for %s", self.ctx.name,
                           self.address)
 
     def _deliver(self, tag: int, props: Any, body: bytes) -> None:
-        self.gw.stats["consumed"] += 1
+        self.ctx.stats["consumed"] += 1
         self.order.append(tag)
         link = self.link
         if link is not None and not self.pending and link.credit > 0:
@@ -180,7 +181,7 @@ class FromBroker:
             self._update()
 
     def _send(self, tag: int, props: Any, body: bytes) -> None:
-        dlv = self.gw.local.send(self.link, from_091(props, body, self.address))
+        dlv = self.ctx.local.send(self.link, from_091(props, body, self.address))
         self.inflight[dlv] = tag
 
     # ---- acknowledgements
@@ -193,7 +194,7 @@ class FromBroker:
     def _schedule_acks(self) -> None:
         if not self._ack_scheduled:
             self._ack_scheduled = True
-            self.gw.loop.call_soon(self._flush_acks)
+            self.ctx.loop.call_soon(self._flush_acks)
 
     def _flush_acks(self) -> None:
         """One multiple ack for the oldest run of resolved messages, single acks behind a gap."""
@@ -221,7 +222,7 @@ class FromBroker:
                 state[tag] = DONE
                 acked += 1
         self.fresh.clear()
-        self.gw.stats["acked"] += acked
+        self.ctx.stats["acked"] += acked
 
     # ---- node events
     def on_flow(self) -> None:
@@ -230,12 +231,11 @@ class FromBroker:
             return
         if link.drain_mode and link.credit > 0 and not self.pending:
             link.drained()
-            self.gw.local.kick()
         self._update()
 
     def on_outcome(self, dlv: object, outcome: int, undeliverable: bool) -> None:
         tag = self.inflight.pop(dlv, None)
-        self.gw.local.forget(dlv)
+        self.ctx.local.forget(dlv)
         if tag is None:
             return                        # sent on a channel that is gone: the broker requeued it
         ch = self.channel
@@ -246,7 +246,7 @@ class FromBroker:
             self.fresh.append(tag)
             self._schedule_acks()
         else:
-            stats = self.gw.stats
+            stats = self.ctx.stats
             if outcome == REJECTED or (outcome == MODIFIED and undeliverable):
                 ch.basic_reject(tag, requeue=False)
                 stats["dead_lettered"] += 1
@@ -257,10 +257,7 @@ class FromBroker:
         if self.pending or not self.inflight:
             self._update()
 
-    def on_message(self, dlv: object, data: bytes, settled: bool) -> None:    # a sender: none
-        pass
-
     def on_link_closed(self) -> None:
         if self.link is not None:
             self.link = None
-            log.warning("gateway %s: the node closed the link for %s", self.gw.name, self.address)
+            log.warning("gateway %s: the node closed the link for %s", self.ctx.name, self.address)

@@ -8,12 +8,20 @@ the gateway reconnects with backoff. A broker that goes silent without closing T
 :class:`~router.gateway.liveness.Watchdog` within 1.5–1.75 heartbeats and treated the same way.
 
 Direction ``both`` on one address: the gateway's own consumer link would otherwise receive what its
-own producer link feeds from the broker (a loop). So the gateway looks at the node's address table
-(read only) and runs the address in one of two modes: while the mesh has no other consumer for the
-address, the consumer link is attached and messages are stored in the broker; once another consumer
-exists, the consumer link is drained and detached (producers then reach that consumer directly) and
-the queue is fed to the mesh. Only one node may do this for a given address: a lock queue in the
-broker decides which (:mod:`router.gateway.ownership`); the others stand by.
+own producer link feeds from the broker (a loop). So the gateway runs the address in one of two
+modes: while the mesh has no other consumer for the address, the consumer link is attached and
+messages are stored in the broker; once another consumer exists, the consumer link is drained and
+detached (producers then reach that consumer directly) and the queue is fed to the mesh. Only one node
+may do this for a given address: a lock queue in the broker decides which
+(:mod:`router.gateway.ownership`); the others stand by.
+
+The mode is decided again on events only, never on a timer: the node reports a change of the
+address's consumers (:meth:`~router.gateway.node.GatewayNode.watch_address`, after the node's pass
+that made it) and the gateway counts them without its own links
+(:meth:`~router.gateway.node.GatewayNode.consumers_of`); the broker coming up and the lock being taken
+decide it too. Credit and drains on the bridge links are handled by the bridges as they arrive. The
+gateway's timers are real timeouts only: the reconnect backoff, the heartbeat watchdog and the lock
+retry.
 """
 
 from __future__ import annotations
@@ -21,41 +29,40 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pika
 
 from router.adapter.inprocess import NodeConnection
-from router.addressing import address_key
 from router.gateway.backoff import Backoff
 from router.gateway.config import BrokerConfig
 from router.gateway.consumer import FromBroker
+from router.gateway.context import BridgeContext
 from router.gateway.delivery091 import GatewayConnection
 from router.gateway.liveness import Watchdog, abort
+from router.gateway.node import GatewayNode
 from router.gateway.ownership import BridgeLocks
 from router.gateway.publisher import Confirms, ToBroker
 from router.gateway.topology import Topology, topology
 
 log = logging.getLogger("router.gateway")
 
-MODE_INTERVAL = 0.1     # seconds between looks at the address table (direction both)
-STAT_NAMES = ("published", "confirmed", "returned", "nacked", "consumed", "acked", "requeued",
-              "dead_lettered", "connects", "failures", "silent")
-
 
 class BrokerGateway:
     """The bridge between one AMQP 0-9-1 broker and the node it runs in."""
 
     def __init__(self, config: BrokerConfig, node_id: str, loop: asyncio.AbstractEventLoop,
-                 local: NodeConnection, core: Any = None) -> None:
+                 local: NodeConnection, node: GatewayNode) -> None:
         self.config = config
         self.name = config.name
         self.node_id = node_id
         self.loop = loop
         self.local = local
-        self.core = core
+        self.node = node
         self.url = safe_url(config.url)
-        self.stats = dict.fromkeys(STAT_NAMES, 0)
+        ctx = BridgeContext(config.name, loop, local)
+        self.stats = ctx.stats
         self.connection: GatewayConnection | None = None
         self.confirms: Confirms | None = None
         self.peak_unconfirmed = 0       # most unconfirmed publishes at once, over every connection
@@ -64,7 +71,7 @@ class BrokerGateway:
         self.stopping = False
         self.backoff = Backoff(f"gateway {self.name}: broker {self.url}", log)
         self._retry: asyncio.TimerHandle | None = None
-        self._mode_handle: asyncio.TimerHandle | None = None
+        self._unwatch: list[Callable[[], None]] = []
         self._watchdog: Watchdog | None = None
         self.to_broker: dict[str, ToBroker] = {}
         self.from_broker: dict[str, FromBroker] = {}
@@ -73,25 +80,27 @@ class BrokerGateway:
             topo = topology(b, node_id)
             self.topologies.append(topo)
             if b.to_broker:
-                self.to_broker[b.address] = ToBroker(self, b.address, topo, b.durable, config.confirm_window)
+                self.to_broker[b.address] = ToBroker(ctx, b.address, topo, b.durable, config.confirm_window)
             if b.from_broker:
-                self.from_broker[b.address] = FromBroker(self, b.address, topo)
+                self.from_broker[b.address] = FromBroker(ctx, b.address, topo)
         self.both = [a for a in self.to_broker if a in self.from_broker]
-        self.locks = BridgeLocks(self.name, self.both, loop, lambda _address: self._apply_modes())
+        self.locks = BridgeLocks(self.name, self.both, loop, self._apply_mode)
         self.consumer_channels: dict[str, Any] = {}
         self.declare = [b.declare for b in config.addresses]
 
     # ---- start / stop -----------------------------------------------------------------------------------
     def start(self) -> None:
+        for address in self.both:
+            self._unwatch.append(self.node.watch_address(address, partial(self._consumers_changed, address)))
         self._connect()
-        if self.both:
-            self._mode_handle = self.loop.call_later(MODE_INTERVAL, self._mode_tick)
 
     def stop(self) -> None:
         self.stopping = True
-        for h in (self._retry, self._mode_handle):
-            if h is not None:
-                h.cancel()
+        if self._retry is not None:
+            self._retry.cancel()
+        unwatch, self._unwatch = self._unwatch, []
+        for stop_watching in unwatch:
+            stop_watching()
         self._broker_down()
         conn, self.connection = self.connection, None
         if conn is not None and not (conn.is_closed or conn.is_closing):
@@ -236,42 +245,41 @@ class BrokerGateway:
 
     # ---- mode switch for direction both ---------------------------------------------------------------
     def other_consumers(self, address: str) -> int:
-        """Consumers of ``address`` in the mesh other than this gateway's own link (read only)."""
-        core = self.core
-        if core is None:
-            return 0
-        a = core.addresses.get(address_key(address, self.node_id))
-        if a is None:
-            return 0
-        mine = self.local.node_conn
-        return sum(1 for c in a.consumers if c.conn is not mine) + len(a.remote)
+        """Consumers of ``address`` in the mesh other than this gateway's own link."""
+        return self.node.consumers_of(address, exclude_conn=self.local.node_conn)
 
     def _apply_modes(self) -> None:
+        """The broker is up: attach what is to be attached, for every address."""
+        for address in self.to_broker:
+            self._apply_mode(address)
+
+    def _apply_mode(self, address: str) -> None:
+        """Attach ``address``'s consumer link; for a ``both`` address bridged here, store (consumer link
+        attached) or feed (queue to the mesh) depending on the other consumers it has now."""
         if not self.up:
             return
-        owned = self.locks.owned
-        for address, tb in self.to_broker.items():
-            fb = self.from_broker.get(address)
-            if fb is None:
-                tb.attach()
-                continue
-            if address not in owned:
-                continue                          # another node bridges it: stand by
-            if fb.channel is None:
-                fb.start(self.consumer_channels[address])
-            feeding = self.other_consumers(address) > 0
-            if feeding:
-                tb.retire()
-            elif not tb.attached or tb.retiring:
-                tb.attach()
-            fb.allow(feeding)
+        tb = self.to_broker[address]
+        fb = self.from_broker.get(address)
+        if fb is None:
+            tb.attach(self.confirms)
+            return
+        if address not in self.locks.owned:
+            return                                # another node bridges it: stand by
+        if fb.channel is None:
+            fb.start(self.consumer_channels[address])
+        feeding = self.other_consumers(address) > 0
+        if feeding:
+            tb.retire()
+        elif not tb.attached or tb.retiring:
+            tb.attach(self.confirms)
+        fb.allow(feeding)
 
-    def _mode_tick(self) -> None:
+    def _consumers_changed(self, address: str) -> None:
+        """The node's watch: the consumers of a ``both`` address changed."""
         try:
-            self._apply_modes()
+            self._apply_mode(address)
         except Exception:
             log.exception("gateway %s: internal error", self.name)
-        self._mode_handle = self.loop.call_later(MODE_INTERVAL, self._mode_tick)
 
     # ---- state ------------------------------------------------------------------------------------------
     @property

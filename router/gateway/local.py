@@ -1,9 +1,12 @@
-"""The gateway's AMQP 1.0 connection to its own node, over an in-process socketpair.
+"""The management agent's AMQP 1.0 connection to its own node, over an in-process socketpair (legacy).
 
 One end of the pair is handed to the node exactly like an accepted client socket; the other end is
 driven here by a python-qpid-proton ``Connection`` + ``Transport`` + ``Collector`` on the node's asyncio
-loop (no reactor, no threads). To the node the gateway is an ordinary client, so the forwarding engine
-needs no change. Link owners (the bridges) get their Proton events through :class:`LinkHandler`.
+loop (no reactor, no threads). Link owners get their Proton events through :class:`LinkHandler`.
+
+Only :mod:`router.management.agent` still uses it; the gateway uses the node's one in-process client,
+:class:`router.adapter.inprocess.NodeConnection`, which has what the agent needs too. This module goes
+once the agent is ported to that client.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """One node bridges a ``direction: both`` address: a lock held in the broker.
 
-A ``both`` gateway watches the node's address table and switches between storing (its consumer link
-attached) and feeding (the queue to the mesh) depending on whether the mesh has another consumer. Two
+A ``both`` gateway follows the address's consumers (the node reports each change) and switches between
+storing (its consumer link attached) and feeding (the queue to the mesh) depending on whether the mesh
+has another consumer. Two
 nodes bridging the same address would each see the other's consumer link as "another consumer": both
 would feed, retire their consumer links, see no consumer, store again, and flap, with messages going
 round between the mesh and the broker. A node cannot see other nodes' configs, so the broker decides:

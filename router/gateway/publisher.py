@@ -14,6 +14,10 @@ Outcomes sent back to the producer: ``basic.ack`` -> ACCEPTED; ``basic.return`` 
 to route to) then ``basic.ack`` -> RELEASED; ``basic.nack`` -> REJECTED; channel or connection lost
 -> RELEASED for every unconfirmed or waiting delivery (the broker may still hold some of the
 unconfirmed ones: at-least-once).
+
+A bridge sees its gateway only through :class:`~router.gateway.context.BridgeContext`; the gateway
+attaches it with the connection's :class:`Confirms`, retires it (drain, then detach) and detaches it.
+Credit is topped up on the link's own events: confirms, and the node's FLOW (a drain answered).
 """
 
 from __future__ import annotations
@@ -21,15 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from router.adapter.inprocess import ACCEPTED, REJECTED, RELEASED, NodeLink
+from router.gateway.context import BridgeContext
 from router.gateway.mapping import TAG_HEADER, MappingError, Outgoing, to_091
 from router.gateway.topology import Topology
 from router.gateway.wire091 import FramePublisher
-
-if TYPE_CHECKING:
-    from router.gateway.gateway import BrokerGateway
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class Confirms:
         try:
             self.publisher.publish(topo.exchange, topo.routing_key, message, seq if tagged else None)
         except Exception as exc:     # the channel closed under us (nothing was sent)
-            log.warning("gateway %s: publish to %s failed: %r", bridge.gw.name, bridge.address, exc)
+            log.warning("gateway %s: publish to %s failed: %r", bridge.ctx.name, bridge.address, exc)
             bridge.confirmed(dlv, RELEASED)
             return
         self.seq = seq
@@ -158,14 +160,15 @@ class Confirms:
 class ToBroker:
     """One bridged address, mesh -> broker: a consumer link on the node feeding basic.publish."""
 
-    def __init__(self, gateway: BrokerGateway, address: str, topo: Topology, persistent: bool,
+    def __init__(self, ctx: BridgeContext, address: str, topo: Topology, persistent: bool,
                  window: int) -> None:
-        self.gw = gateway
+        self.ctx = ctx
         self.address = address
         self.topo = topo
         self.persistent = persistent
         self.window = window
         self.link: NodeLink | None = None
+        self.confirms: Confirms | None = None   # the broker connection's publishing channel, while attached
         self.outstanding = 0            # this link's messages in the gateway: waiting or unconfirmed
         self.retiring = False           # draining before a detach: no new credit
 
@@ -173,11 +176,13 @@ class ToBroker:
     def attached(self) -> bool:
         return self.link is not None
 
-    def attach(self) -> None:
-        """Attach the consumer link (or take back a retiring one) and grant credit."""
+    def attach(self, confirms: Confirms) -> None:
+        """Attach the consumer link (or take back a retiring one), publishing through ``confirms``, and
+        grant credit."""
         self.retiring = False
+        self.confirms = confirms
         if self.link is None:
-            self.link = self.gw.local.receiver(self.address, self)
+            self.link = self.ctx.local.receiver(self.address, self)
         self._top_up()
 
     def retire(self) -> None:
@@ -185,13 +190,13 @@ class ToBroker:
         if self.link is not None and not self.retiring:
             self.retiring = True
             self.link.drain(0)
-            self.gw.local.kick()
             self._maybe_detach()
 
     def detach(self) -> None:
+        self.confirms = None
         if self.link is not None:
             link, self.link = self.link, None
-            self.gw.local.close_link(link)
+            self.ctx.local.close_link(link)
 
     def _maybe_detach(self) -> None:
         if self.retiring and self.outstanding == 0 and self.link is not None and self.link.credit == 0:
@@ -205,29 +210,28 @@ class ToBroker:
         want = self.window - self.outstanding - credit
         if want > 0 and (want >= max(1, self.window // 8) or credit == 0):
             link.flow(want)
-            self.gw.local.kick()
 
     # ---- node events
     def on_message(self, dlv: object, data: bytes, settled: bool) -> None:
         if self.link is None:
             return
-        gw = self.gw
-        conf = gw.confirms
+        local = self.ctx.local
+        conf = self.confirms
         if conf is None:
             if not settled:
-                gw.local.settle(dlv, RELEASED)
+                local.settle(dlv, RELEASED)
             else:
-                gw.local.settle(dlv)
+                local.settle(dlv)
             return
         try:
             message = to_091(data, self.persistent, self.address)
         except MappingError as exc:
-            gw.local.settle(dlv, REJECTED, (b"amqp:decode-error",
-                                            f"gateway cannot read the message: {exc}".encode()))
+            local.settle(dlv, REJECTED, (b"amqp:decode-error",
+                                         f"gateway cannot read the message: {exc}".encode()))
             self._top_up()
             return
         if settled:
-            gw.local.settle(dlv)
+            local.settle(dlv)
             dlv = None
         self.outstanding += 1          # credit went down by one: what _top_up wants is unchanged
         conf.submit(self, dlv, message)
@@ -238,7 +242,7 @@ class ToBroker:
         caller calls :meth:`refill` once for many."""
         self.outstanding -= 1
         if dlv is not None:
-            self.gw.local.settle(dlv, outcome, condition)
+            self.ctx.local.settle(dlv, outcome, condition)
         if refill:
             self.refill()
 
@@ -247,13 +251,12 @@ class ToBroker:
         self._top_up()
         self._maybe_detach()
 
-    def on_outcome(self, dlv: object, outcome: int, undeliverable: bool) -> None:   # a receiver: none
-        pass
-
     def on_flow(self) -> None:
-        self._maybe_detach()
+        """The node answered a drain (or echoed credit): a retiring link may detach now; an attached
+        one gets its credit back (a drain answered after the link was taken back left it at 0)."""
+        self.refill()
 
     def on_link_closed(self) -> None:
         if self.link is not None:
             self.link = None
-            log.warning("gateway %s: the node closed the link for %s", self.gw.name, self.address)
+            log.warning("gateway %s: the node closed the link for %s", self.ctx.name, self.address)

@@ -157,8 +157,7 @@ class NodeServer:
         if self.config.brokers:
             from router.gateway import Gateways  # imports pika only when brokers are configured
 
-            self.gateways = Gateways(self.config.brokers, self.config.node_id, self.loop,
-                                     self.add_broker_connection, self.core)
+            self.gateways = Gateways(self.config.brokers, self.config.node_id, self.loop, self)
             self.gateways.start()
 
     def _stop_gateways(self) -> None:
