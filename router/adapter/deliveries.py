@@ -160,15 +160,16 @@ class Deliveries:
             self._to_mesh(d, rec, a, a.key, ffi.buffer(buf, n)[:], presettled)
             return
         core = self.core
-        kind, c, _ = core.route(rec, a, presettled)
+        c = core.route(rec, a, presettled)
         obs = self.obs
         if obs is not None and rec.credit == 0:
             obs.event("credit_starved_start", link, a.key if a is not None else None, rec.conn.peer)
-        if kind != TO_ONE:
+        if c.__class__ is not Consumer:                 # anything but "this consumer, now"
+            kind, target, _ = c
             if kind == TO_MANY:
-                self._multicast(d, rec, c, buf, n, presettled, None, a.key)
+                self._multicast(d, rec, target, buf, n, presettled, None, a.key)
             elif kind == HOLD:
-                core.hold(c, Held(ffi.buffer(buf, n)[:], d, rec, presettled, None, a.key))
+                core.hold(target, Held(ffi.buffer(buf, n)[:], d, rec, presettled, None, a.key))
             else:
                 self._unroutable(d, rec, presettled)
             return
@@ -265,7 +266,9 @@ class Deliveries:
                  came_from: str | None = None) -> None:
         """Forward a complete delivery to local consumers and/or peer nodes (the general path)."""
         core = self.core
-        kind, target, rd = core.route(p, a, presettled, came_from, ann)
+        r = core.route(p, a, presettled) if came_from is None else \
+            core.route_from_peer(p, a, presettled, came_from, ann)
+        kind, target, rd = (TO_ONE, r, None) if r.__class__ is Consumer else r
         if self.obs is not None and p.credit == 0:
             self.obs.event("credit_starved_start", p.handle, a.key if a is not None else None, p.conn.peer)
         if not kind:

@@ -120,7 +120,7 @@ class Streams:
         s.routed = True
         s.key = a.key
         core = self.core
-        kind, target, rd = core.route(s.producer, a, s.presettled, came_from, ann, streaming=True)
+        kind, target, rd = core.route_stream(s.producer, a, s.presettled, came_from, ann)
         consumers = target if kind == TO_MANY else [target] if kind == TO_ONE else []
         if not s.presettled and consumers and a.multicast:
             s.group = core.new_group(s.in_dlv, s.producer)

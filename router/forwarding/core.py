@@ -47,12 +47,13 @@ from router.forwarding.decisions import (
     BEST,
     DONE,
     HOLD,
+    NOWHERE,
     SEND_MODES,
     TO_MANY,
     TO_ONE,
     TRACKED,
-    UNROUTABLE,
     Refusal,
+    Routing,
 )
 from router.forwarding.distribution import Backlog, fanout, mesh_fanout, pick, pick_mesh
 from router.forwarding.records import (
@@ -74,6 +75,9 @@ from router.forwarding.records import (
 )
 from router.forwarding.table import AddressTable
 
+SPARE_ENTRIES = 4096        # settled in-flight entries kept for reuse
+NEW_ENTRY = object.__new__  # an InFlight whose fields `sent` sets itself
+
 __all__ = ["ACCEPTED", "MODIFIED", "REJECTED", "RELEASED", "TERMINAL", "Address", "Consumer", "Held",
            "InFlight", "McastGroup", "Producer", "RemoteDest", "RouterCore"]
 
@@ -92,6 +96,8 @@ class RouterCore(AddressTable):
         self.backlog = backlog or (lambda handle: 0)
         self.backlog_limit = backlog_limit
         self.in_flight: dict[object, InFlight] = {}
+        self._spare: list[InFlight] = []        # settled entries, reused by `sent` (see `settle`)
+        self._settled: InFlight | None = None   # the entry `settle` returned last (its caller's)
         self._grant = self.ledger.grant         # the hot path marks producers here directly
         self.counters = {"presettled": 0, "dropped_presettled": 0, "unroutable": 0, "hop_limit": 0,
                          "delayed_1s": 0, "delayed_10s": 0}
@@ -243,38 +249,62 @@ class RouterCore(AddressTable):
             self._forget_if_unused(a)
 
     # ---- routing ------------------------------------------------------------------------------------------
-    def route(self, p: Producer, a: Address | None, presettled: bool, came_from: str | None = None,
-              ann: RouterAnnotations | None = None, streaming: bool = False) -> tuple[int, object, object]:
-        """Where a delivery from `p` for `a` goes: ``(kind, target, dest)`` (decisions.py).
-
-        `came_from`: the peer node it arrived from (its router annotations `ann`); `streaming`: a
-        multi-frame message, which only consumers not busy with another one can take (no HOLD). The
-        delivery is counted (ingress / egress / transit) when it has somewhere to go.
-        """
-        if not streaming:
-            p.credit -= 1                   # it used one of the producer's credits
-        if came_from is not None:
-            self._grant.add(p)              # a peer's data-in link: replenished as it is forwarded
+    def route(self, p: Producer, a: Address | None, presettled: bool) -> Consumer | Routing:
+        """Where a complete delivery from client producer `p` for `a` (None: no such address) goes: the
+        consumer to send it to now (the common decision, returned as is), or a `Routing` for anything
+        else (decisions.py). It used one of `p`'s credits; it is counted (ingress / egress / transit)
+        when it has somewhere to go."""
+        p.credit -= 1
         if a is None:
-            return UNROUTABLE, None, None
-        if a.remote or came_from is not None:
-            return self._route_mesh(p, a, presettled, came_from, ann, streaming)
+            return NOWHERE
+        if a.remote:
+            return self._route_mesh(p, a, presettled, None, None, False)
         if a.multicast:
             targets = fanout(a, presettled, self.backlog, self.capacity) if a.consumers else []
-            return self._to_many(a, p, targets, streaming)
+            return self._to_many(a, p, targets, False)
         consumers = a.consumers
         c = consumers[0] if len(consumers) == 1 else pick(a, self.backlog, self.backlog_limit)
-        if c is None or (streaming and c.busy):
-            return UNROUTABLE, None, None
+        if c is None:
+            return NOWHERE
         a.ingress += 1
         a.egress += 1
-        return (HOLD if c.busy else TO_ONE), c, None
+        return Routing(HOLD, c, None) if c.busy else c
+
+    def route_from_peer(self, p: Producer, a: Address | None, presettled: bool, came_from: str,
+                        ann: RouterAnnotations) -> Routing:
+        """Where a complete delivery from peer node `came_from` (on its data-in link `p`, with router
+        annotations `ann`) goes. The link's window is replenished as it is forwarded."""
+        p.credit -= 1
+        self._grant.add(p)
+        if a is None:
+            return NOWHERE
+        return self._route_mesh(p, a, presettled, came_from, ann, False)
+
+    def route_stream(self, p: Producer, a: Address | None, presettled: bool, came_from: str | None = None,
+                     ann: RouterAnnotations | None = None) -> Routing:
+        """Where a multi-frame delivery goes: only consumers not busy with another stream can take it (no
+        HOLD); its credit was counted when it started (`arrived`)."""
+        if came_from is not None:
+            self._grant.add(p)
+        if a is None:
+            return NOWHERE
+        if a.remote or came_from is not None:
+            return self._route_mesh(p, a, presettled, came_from, ann, True)
+        if a.multicast:
+            targets = fanout(a, presettled, self.backlog, self.capacity) if a.consumers else []
+            return self._to_many(a, p, targets, True)
+        c = pick(a, self.backlog, self.backlog_limit)
+        if c is None or c.busy:
+            return NOWHERE
+        a.ingress += 1
+        a.egress += 1
+        return Routing(TO_ONE, c, None)
 
     def _route_mesh(self, p: Producer, a: Address, presettled: bool, came_from: str | None,
-                    ann: RouterAnnotations | None, streaming: bool) -> tuple[int, object, object]:
+                    ann: RouterAnnotations | None, streaming: bool) -> Routing:
         if ann is not None and len(ann.trace) > self.radius + 1:
             self.counters["hop_limit"] += 1     # crossed more nodes than any shortest path has: a loop
-            return UNROUTABLE, None, None
+            return NOWHERE
         if a.multicast:
             origin = ann.ingress[2:] if ann is not None and ann.ingress else None
             trace = trace_nodes(ann) if ann is not None else ()
@@ -283,7 +313,7 @@ class RouterCore(AddressTable):
             return self._to_many(a, p, targets, streaming)
         c, rd = pick_mesh(a, came_from, self.backlog, self.backlog_limit)
         if c is None or (streaming and c.busy):
-            return UNROUTABLE, None, None
+            return NOWHERE
         if p.router:
             if c.peer is None:
                 a.egress += 1
@@ -293,21 +323,20 @@ class RouterCore(AddressTable):
             a.ingress += 1
             if c.peer is None:
                 a.egress += 1
-        return (HOLD if c.busy else TO_ONE), c, rd
+        return Routing(HOLD if c.busy else TO_ONE, c, rd)
 
-    def _to_many(self, a: Address, p: Producer, targets: list[Consumer], streaming: bool
-                 ) -> tuple[int, object, object]:
+    def _to_many(self, a: Address, p: Producer, targets: list[Consumer], streaming: bool) -> Routing:
         if streaming:
             targets = [c for c in targets if not c.busy]
         if not targets:
-            return UNROUTABLE, None, None
+            return NOWHERE
         local = sum(1 for c in targets if c.peer is None)
         a.egress += local
         if not p.router:
             a.ingress += 1
         elif local < len(targets):
             a.transit += 1
-        return TO_MANY, targets, None
+        return Routing(TO_MANY, targets, None)
 
     # ---- the deliveries: sent, held, refused --------------------------------------------------------------
     def arrived(self, p: Producer) -> None:
@@ -334,7 +363,11 @@ class RouterCore(AddressTable):
             return mode
         # TRACKED (SEND_MODES[False][False]): `track`, inlined, since this is the hot path
         c.delivered += 1
-        self.in_flight[out_dlv] = InFlight(in_dlv, p, c, None, c.delivered, rd, self.now, size, route)
+        spare = self._spare
+        e = spare.pop() if spare else NEW_ENTRY(InFlight)
+        e.in_dlv, e.producer, e.consumer, e.group, e.seq = in_dlv, p, c, None, c.delivered
+        e.dest, e.sent_at, e.size, e.route = rd, self.now, size, route
+        self.in_flight[out_dlv] = e
         if rd is not None:
             rd.unsettled += 1
         c.unsettled += 1
@@ -445,6 +478,12 @@ class RouterCore(AddressTable):
         here), a multicast copy's to `copy_settled`."""
         e = self.in_flight.pop(out_dlv, None)
         if e is not None:
+            # entries are reused (allocating one per delivery costs more than the rest of `sent`): this
+            # one stays valid for the caller until the next `settle`, the previous one is free now
+            last = self._settled
+            if last is not None and len(self._spare) < SPARE_ENTRIES:
+                self._spare.append(last)
+            self._settled = e
             if e.sent_at < self._delayed_before:
                 self._late(e.sent_at)
             c = e.consumer

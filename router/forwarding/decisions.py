@@ -2,10 +2,12 @@
 
 Every decision is a small constant or tuple, so the hot path allocates nothing for it:
 
-* routing a delivery: ``(kind, target, dest)`` from `RouterCore.route` - ``TO_ONE`` (target: a consumer,
-  dest: the remote destination it leads to, if any), ``HOLD`` (target: a consumer busy with a streamed
-  message; send once it is done), ``TO_MANY`` (target: the consumers of a multicast copy each), or
-  ``UNROUTABLE`` (nobody can take it: RELEASED, or dropped when pre-settled);
+* routing a delivery (`RouterCore.route`, `route_from_peer`, `route_stream`): the consumer to send it to
+  now (the common case, returned as is), or a `Routing` ``(kind, target, dest)``: ``TO_ONE`` (target: a
+  consumer or a peer's data-out link, dest: the remote destination it leads to, if any), ``HOLD``
+  (target: a consumer busy with a streamed message; send once it is done), ``TO_MANY`` (target: the
+  consumers of a multicast delivery, one copy each), or ``UNROUTABLE`` (`NOWHERE`: RELEASED, or dropped
+  when pre-settled);
 * how a copy is settled once sent: the send mode, one table for every path (`SEND_MODES`);
 * what a consumer's outcome means upstream: `Settle` flags from `RouterCore.copy_settled`;
 * credit: ``(producer, amount)`` grants and producers to drain, from `RouterCore.take_credit_actions`;
@@ -21,6 +23,18 @@ UNROUTABLE = 0
 TO_ONE = 1
 HOLD = 2
 TO_MANY = 3
+
+
+
+class Routing(NamedTuple):
+    """Where a delivery goes, when it is not simply one consumer now."""
+
+    kind: int
+    target: object          # a Consumer (TO_ONE, HOLD), a list of them (TO_MANY), or None
+    dest: object = None     # TO_ONE toward another node: its RemoteDest
+
+
+NOWHERE = Routing(UNROUTABLE, None, None)
 
 # ---- send modes: how a copy is settled once it is on the consumer's link ---------------------------------
 TRACKED = 0       # unsettled both ways: in flight until the consumer decides, its outcome goes upstream

@@ -337,12 +337,13 @@ def test_route_decides_one_consumer_hold_many_or_nobody_and_counts():
     c = core.add_consumer("c", "conn", "q")
     core.consumer_credit(c, 10)
     a = c.address
-    assert core.route(p, a, False) == (TO_ONE, c, None)
+    assert core.route(p, a, False) is c         # the common decision: this consumer, now
+    assert core.route_stream(p, a, False) == (TO_ONE, c, None)
     c.busy = True                               # a stream is going to it
     assert core.route(p, a, False) == (HOLD, c, None)
-    assert core.route(p, a, False, streaming=True) == (UNROUTABLE, None, None)
-    assert (a.ingress, a.egress) == (2, 2)      # the unroutable one is not counted
-    assert p.credit == -3                       # each routed (non-streamed) arrival used a credit
+    assert core.route_stream(p, a, False) == (UNROUTABLE, None, None)
+    assert (a.ingress, a.egress) == (3, 3)      # the unroutable one is not counted
+    assert p.credit == -3                       # each complete (non-streamed) arrival used a credit
     m = [core.add_consumer(f"m{i}", "conn", "mc") for i in range(2)]
     kind, targets, _ = core.route(p, m[0].address, False)
     assert (kind, targets) == (TO_MANY, m)
