@@ -4,8 +4,8 @@ The agent is an in-process AMQP 1.0 client of its own node (the broker gateway's
 socketpair), so requests and responses cross the forwarding engine like any other traffic: a request
 sent to `_topo/0/<node>/$management` is routed to that node by id, and the response goes to the
 request's `reply_to` through the anonymous relay. `$management` is node-local (never advertised), so
-each node answers for itself. Requests are read with python-qpid-proton's Message; the answers come
-from router.management.requests.
+each node answers for itself. Requests are decoded and answers encoded by the node's own codec
+(router.amqp.message); the answers come from router.management.requests.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from proton import Delivery, Link, Message
+from proton import Delivery, Link
 
 from router.adapter.routerlinks import RouterLink
+from router.amqp.codec import MalformedError
+from router.amqp.message import decode_message, encode_message
 from router.gateway.local import LocalConnection
 from router.management.entities import NodeEntities
-from router.management.requests import answer
+from router.management.requests import INTERNAL, answer
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ class ManagementAgent:
         self.requests = self.conn.receiver(ADDRESS, _Requests(self))
         self.replies = self.conn.sender("", _Replies(self))
         self.requests.flow(CREDIT)
-        self._waiting: deque[Message] = deque()
+        self._waiting: deque[tuple[str, bytes]] = deque()   # (reply_to, encoded answer)
         self.answered = 0
         self.server = server
         self.loop = loop
@@ -70,14 +72,8 @@ class ManagementAgent:
         data = link.recv(d.pending)
         link.advance()
         try:
-            request = Message()
-            request.decode(data)
-            # reading a field decodes it: invalid UTF-8, an unhashable map key... raise here too
-            reply_to, properties, body = request.reply_to, request.properties, request.body
-            correlation_id = request.correlation_id if request.correlation_id is not None else request.id
-            if isinstance(correlation_id, memoryview):   # a binary id: Proton would drop a memoryview
-                correlation_id = correlation_id.tobytes()
-        except Exception as exc:
+            request = decode_message(data)
+        except MalformedError as exc:
             log.warning("management: undecodable request dropped: %s", exc)
             d.update(Delivery.REJECTED)
             d.settle()
@@ -86,36 +82,43 @@ class ManagementAgent:
         d.update(Delivery.ACCEPTED)
         d.settle()
         self._more_credit()
+        reply_to, properties = request.reply_to, request.application_properties
+        correlation_id = request.correlation_id if request.correlation_id is not None else request.message_id
         if not reply_to:
             log.info("management: request without reply_to dropped")
             return
-        status, description, body = answer(properties, body, self.entities)
+        status, description, body = answer(properties, request.body, self.entities)
         if status != 200:
             props = properties if isinstance(properties, dict) else {}
             log.info("management: %s %s: %d %s", props.get("operation"), props.get("type"), status,
                      description)
-        reply = Message(address=reply_to, body=body, correlation_id=correlation_id,
-                        properties={"statusCode": status, "statusDescription": description})
+        try:
+            reply = _reply(reply_to, correlation_id, status, description, body)
+        except (TypeError, ValueError):          # a value the codec cannot encode: a bug, not the node's end
+            log.exception("management: internal error encoding the answer to %s", reply_to)
+            reply = _reply(reply_to, correlation_id, INTERNAL,
+                           "internal error encoding the answer (logged on the node)", None)
         self.answered += 1
-        self._send(reply)
+        self._send((reply_to, reply))
 
     def _more_credit(self) -> None:
         if self.requests.credit < CREDIT // 2:
             self.requests.flow(CREDIT - self.requests.credit)
         self.conn.kick()
 
-    def _send(self, reply: Message | None = None) -> None:
+    def _send(self, reply: tuple[str, bytes] | None = None) -> None:
+        """Queue ``(reply_to, encoded answer)`` if given; send what credit allows."""
         if reply is not None:
             if len(self._waiting) >= MAX_QUEUED_REPLIES:
                 log.warning("management: reply to %s dropped: %d replies wait for credit",
-                            reply.address, len(self._waiting))
+                            reply[0], len(self._waiting))
                 return
             self._waiting.append(reply)
         link = self.replies
         while self._waiting and link.credit > 0:
-            msg = self._waiting.popleft()
+            _, data = self._waiting.popleft()
             link.delivery(str(self.answered).encode())
-            link.send(msg.encode())
+            link.send(data)
             link.advance()
         self.conn.kick()
 
@@ -127,6 +130,12 @@ class ManagementAgent:
     def close(self) -> None:
         self._sampler.cancel()
         self.conn.close()
+
+
+def _reply(reply_to: str, correlation_id: Any, status: int, description: str, body: Any) -> bytes:
+    """An encoded answer: the status as application properties, ``body`` as its amqp-value."""
+    return encode_message(to=reply_to, correlation_id=correlation_id, body=body,
+                          application_properties={"statusCode": status, "statusDescription": description})
 
 
 class _Requests:

@@ -3,8 +3,9 @@
 The engine decides; this module only carries its messages: each `Outgoing` becomes one AMQP message per
 link (`to` = its address, application property `opcode`, map body, `x-opt-qd.trace` annotation), sent
 pre-settled on the control link of that inter-router connection; control messages that arrive are decoded
-back into the engine's message maps. The control plane is rare traffic, so the friendly proton.Message
-API is used here, never on the data path.
+back into the engine's message maps. The messages are encoded and decoded by the node's own codec
+(router.amqp.message): the control plane floods them during address changes, and the node's code
+above the adapter does not use python-qpid-proton.
 """
 
 from __future__ import annotations
@@ -14,39 +15,39 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from proton import Message, symbol
-
+from router.amqp.codec import MalformedError, Symbol
+from router.amqp.message import SectionTypeError, decode_message, encode_message
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
 from router.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
-TRACE = symbol("x-opt-qd.trace")
+TRACE = Symbol("x-opt-qd.trace")
+_MAP_SECTIONS = ("application-properties", "message-annotations")
 
 
 def encode_control(message: Mapping[str, Any]) -> bytes:
     """An engine message map as AMQP message bytes."""
-    m = Message(address=message["to"], properties={"opcode": message["opcode"]}, body=message["body"])
-    m.annotations = {TRACE: [f"0/{node}" for node in message.get("trace") or ()]}
-    return bytes(m.encode())
+    return encode_message(
+        to=message["to"], application_properties={"opcode": message["opcode"]}, body=message["body"],
+        message_annotations={TRACE: [f"0/{node}" for node in message.get("trace") or ()]})
 
 
 def decode_control(data: bytes) -> dict[str, Any]:
     """AMQP message bytes as an engine message map (ControlMessageError if unreadable)."""
-    m = Message()
     try:
-        m.decode(data)
-        # reading the fields decodes them too: invalid UTF-8, unhashable map keys... raise here
-        to, props, body, annotations = m.address, m.properties, m.body, m.annotations
-    except Exception as exc:          # Proton raises several types for bad input
+        m = decode_message(data)
+    except SectionTypeError as exc:
+        if exc.section in _MAP_SECTIONS:
+            raise ControlMessageError("application properties and message annotations must be maps") from None
         raise ControlMessageError(f"undecodable control message: {exc}") from None
-    if not isinstance(props or {}, dict) or not isinstance(annotations or {}, dict):
-        raise ControlMessageError("application properties and message annotations must be maps")
-    props = props or {}
-    trace = (annotations or {}).get(TRACE) or []
+    except MalformedError as exc:
+        raise ControlMessageError(f"undecodable control message: {exc}") from None
+    props = m.application_properties or {}
+    trace = (m.message_annotations or {}).get(TRACE) or []
     if not isinstance(trace, list):
         raise ControlMessageError("x-opt-qd.trace must be a list")
-    return {"to": to, "opcode": props.get("opcode"), "body": body,
+    return {"to": m.to, "opcode": props.get("opcode"), "body": m.body,
             "trace": [t[2:] if isinstance(t, str) and t.startswith("0/") else t for t in trace]}
 
 

@@ -25,7 +25,7 @@ import time
 from functools import partial
 
 import pytest
-from proton import Message
+from proton import Message, symbol
 
 from router.amqp.annotations import (
     AnnotationLayout,
@@ -179,6 +179,46 @@ def test_encode_control_round_trips():
         assert decode_control(encode_control(msg)) == msg
     m = Message(address="x", body={"id": "B"})
     assert decode_control(bytes(m.encode()))["opcode"] is None
+
+
+def test_control_messages_keep_their_shape():
+    """encode_control (our codec) reads in python-qpid-proton as the former proton.Message encoding
+    did, and that encoding still decodes: same address, opcode, trace annotation (symbol key), body."""
+    rng = random.Random(7)
+    for op in gen.OPCODES:
+        body = gen.control_body(rng, op, "B", ["A", "B"])
+        msg = {"to": "_topo/0/all/qdrouter", "opcode": op, "body": body, "trace": ["B", "C"]}
+        old = Message(address=msg["to"], properties={"opcode": op}, body=body)
+        old.annotations = {symbol("x-opt-qd.trace"): ["0/B", "0/C"]}
+        new = Message()
+        new.decode(encode_control(msg))
+        for field in ("address", "properties", "annotations", "body"):
+            assert getattr(new, field) == getattr(old, field), (op, field)
+        assert [type(k) for k in new.annotations] == [symbol]
+        assert decode_control(bytes(old.encode())) == msg
+
+
+def _control_bytes(trace: object = ("0/B",)) -> bytes:
+    m = Message(address="_topo/0/all/qdrouter", properties={"opcode": "RA"}, body={"id": "B"})
+    m.annotations = {symbol("x-opt-qd.trace"): list(trace) if isinstance(trace, tuple) else trace}
+    return bytes(m.encode())
+
+
+@pytest.mark.parametrize("data, reason", [
+    (_control_bytes().replace(b"\x00\x53\x74\xd1", b"\x00\x53\x74\xd0"),
+     "application properties and message annotations must be maps"),
+    (_control_bytes().replace(b"\x00\x53\x72\xd1", b"\x00\x53\x72\xd0"),
+     "application properties and message annotations must be maps"),
+    (_control_bytes().replace(b"_topo", b"\xff\xfeopo"), "undecodable control message: 'utf-8' codec"),
+    (_control_bytes(trace="0/B"), "x-opt-qd.trace must be a list"),
+    (_control_bytes() + b"\x00\x53\x77\x40", "undecodable control message: a second amqp-value section"),
+    (_control_bytes()[:-3], "undecodable control message: truncated"),
+    (b"", "undecodable control message: empty message"),
+])
+def test_decode_control_names_the_problem(data, reason):
+    with pytest.raises(ControlMessageError) as info:
+        decode_control(data)
+    assert str(info.value).startswith(reason), str(info.value)
 
 
 def test_parser_fuzz_is_fast_enough():

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.helpers import Client, pump_for
+from tests.integration.helpers import Client, make_message, pump_for
 from tests.management.agentkit import Requester
 from tests.system import meshkit
 
@@ -165,6 +165,26 @@ def test_bad_requests_answered_and_agent_keeps_working(node_factory):
     status, _, body = m.request({"operation": "READ", "type": "connection", "identity": conn})
     assert status == 200 and body["identity"] == conn
     assert n.alive()
+
+
+def test_binary_map_keys_are_answered_and_malformed_encodings_rejected(node_factory):
+    """Issue 20: a request whose body map has binary keys is valid AMQP and gets its answer (Proton
+    decoded those keys as unhashable memoryviews and the agent rejected the request). A request the
+    agent cannot decode is still REJECTED: here bytes after the body, which Proton silently ignored."""
+    n = node_factory("A")
+    c = Client(n.url)
+    m = Requester(c)
+    status, _, body = m.request({"operation": "QUERY", "type": "node"},
+                                {"attributeNames": ["id"], b"binary-key": {b"nested": b"value"}})
+    assert (status, body["attributeNames"], body["results"]) == (200, ["id"], [["A"]])
+    request = make_message({"attributeNames": ["id"]}, address="$management", reply_to=m.reply_to,
+                           correlation_id="trailing", properties={"operation": "QUERY", "type": "node"})
+    assert m.request(None, raw=bytes(request.encode()) + b"\xff\xff")[0] == "REJECTED"
+    log = n.stderr_path.read_text(errors="replace")
+    assert "management: undecodable request dropped: 2 bytes at offset" in log
+    assert not any(r.message is not None and r.message.correlation_id == "trailing"
+                   for r in m.replies.received)
+    assert m.node()["id"] == "A"
 
 
 @pytest.fixture
