@@ -17,20 +17,23 @@ WriteInterest = Callable[[Connection, bool], None]   # (connection, watch for wr
 def pump(engine: object, write_interest: WriteInterest) -> None:
     """Process events, apply credit and flush output (once per read or timer)."""
     engine.process()
-    engine.sync_routes()
+    engine.mesh_links.sync_routes()
     engine.apply_credit()
     flush_dirty(engine, write_interest)
-    if engine.paused:
-        engine.resume_streams()
+    if engine.streams.paused:
+        engine.streams.resume()
         engine.apply_credit()
         flush_dirty(engine, write_interest)
 
 
 def flush_dirty(engine: object, write_interest: WriteInterest) -> None:
     """Write every connection with output; watch full sockets; tear down finished connections."""
-    dirty = list(engine.dirty)          # the set is shared with the engine's parts: emptied, not replaced
-    engine.dirty.clear()
-    for conn in dirty:
+    dirty = engine.dirty                # shared with the engine's parts: emptied, not replaced
+    if not dirty:
+        return
+    conns = tuple(dirty)
+    dirty.clear()
+    for conn in conns:
         if not conn.alive:
             continue
         state = conn.flush()

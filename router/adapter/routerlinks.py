@@ -301,8 +301,9 @@ class RouterLinks:
         mesh = self.mesh
         if mesh is None:
             return
-        for key, present in self.core.take_local_address_changes():
-            mesh.local_address(key, present)
+        if self.core.local_changes:
+            for key, present in self.core.take_local_address_changes():
+                mesh.local_address(key, present)
         if mesh.pending:                # act now (paths, address updates), not at the next timer tick
             mesh.tick()
         ls = mesh.ls

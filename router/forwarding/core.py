@@ -112,6 +112,8 @@ class RouterCore(AddressTable):
         """The time (monotonic seconds) of the batch of events about to be handled."""
         self.now = now
         self._delayed_before = now - 1.0
+        if len(self._spare) > SPARE_ENTRIES:
+            del self._spare[SPARE_ENTRIES:]
 
     # ---- attach -------------------------------------------------------------------------------------------
     def attach_consumer(self, handle: object, conn: object, source: str | None, dynamic: bool = False,
@@ -145,7 +147,7 @@ class RouterCore(AddressTable):
         if key in self._watched:
             self._watch_changed.add(key)
         if len(a.consumers) == 1 and not key.startswith("_topo/"):
-            self._local_changes.append((key, True))
+            self.local_changes.append((key, True))
         return c
 
     def add_producer(self, handle: object, conn: object, target: str | None) -> Producer:
@@ -228,7 +230,7 @@ class RouterCore(AddressTable):
             return left
         self.ledger.update_ready(a)
         if not a.consumers and not a.key.startswith("_topo/"):
-            self._local_changes.append((a.key, False))
+            self.local_changes.append((a.key, False))
         self.ledger.lost_destinations(a)
         self._forget_if_unused(a)
         return left
@@ -365,8 +367,15 @@ class RouterCore(AddressTable):
         c.delivered += 1
         spare = self._spare
         e = spare.pop() if spare else NEW_ENTRY(InFlight)
-        e.in_dlv, e.producer, e.consumer, e.group, e.seq = in_dlv, p, c, None, c.delivered
-        e.dest, e.sent_at, e.size, e.route = rd, self.now, size, route
+        e.in_dlv = in_dlv
+        e.producer = p
+        e.consumer = c
+        e.group = None
+        e.seq = c.delivered
+        e.dest = rd
+        e.sent_at = self.now
+        e.size = size
+        e.route = route
         self.in_flight[out_dlv] = e
         if rd is not None:
             rd.unsettled += 1
@@ -481,7 +490,7 @@ class RouterCore(AddressTable):
             # entries are reused (allocating one per delivery costs more than the rest of `sent`): this
             # one stays valid for the caller until the next `settle`, the previous one is free now
             last = self._settled
-            if last is not None and len(self._spare) < SPARE_ENTRIES:
+            if last is not None:
                 self._spare.append(last)
             self._settled = e
             if e.sent_at < self._delayed_before:

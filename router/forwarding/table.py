@@ -40,7 +40,7 @@ class AddressTable:
         self._node_addresses: dict[str, Address] = {}   # node -> its `_topo/0/<node>/` route
         self._topo = topo_prefix(node_id)
         # mobile addresses that got their first local consumer (True) or lost their last (False), in order
-        self._local_changes: list[tuple[str, bool]] = []
+        self.local_changes: list[tuple[str, bool]] = []
         # addresses whose consumers someone watches (key -> watchers), and those changed since last asked
         self._watched: dict[str, int] = {}
         self._watch_changed: set[str] = set()
@@ -107,7 +107,7 @@ class AddressTable:
     # ---- what others follow: mobile addresses (control plane), watched addresses (services) ---------------
     def take_local_address_changes(self) -> list[tuple[str, bool]]:
         """Mobile addresses that gained their first local consumer (True) or lost their last (False)."""
-        changes, self._local_changes = self._local_changes, []
+        changes, self.local_changes = self.local_changes, []
         return changes
 
     def watch(self, key: str) -> None:
