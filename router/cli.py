@@ -40,7 +40,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     setup_logging(config.log_level, config.log_levels)
     # Imported here so that check-config and config errors never depend on the data plane.
-    from router.node.server import run_node
+    from router.launch import run_node
 
     try:
         result = run_node(config)

@@ -21,6 +21,12 @@ from router.forwarding.records import Consumer, Held, InFlight, McastGroup, Prod
 
 
 class Observer(Protocol):
+    def tick(self, now: float) -> None:
+        """The node's time (monotonic seconds) of the batch of events about to be handled."""
+
+    def close(self) -> None:
+        """The node stops: write what is pending."""
+
     def event(self, name: str, link: object, address: str | None, peer: str | None) -> None:
         """A connection or link came or went (conn_up, conn_down, link_up, link_down), or a producer's
         credit ran out or came back (credit_starved_start, credit_starved_end)."""

@@ -4,4 +4,7 @@
 Lines / Parquet with an explicit schema) -> ``tables`` (one function per table) -> ``report`` + ``plots``;
 ``result`` is what a run produced (the job fills it, the report reads it). PySpark and matplotlib are
 imported only when the job runs (the command imports ``job`` then).
+
+Services layer, run by the CLI only: may import router.telemetry (the record schema), router.config and
+the base; PySpark and matplotlib only when the job runs. Never imported by the node.
 """

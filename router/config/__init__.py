@@ -5,17 +5,17 @@ The layout is fixed by docs/CONTRACTS.md. Each key is declared once, as a field 
 line of the README's configuration reference live in that one declaration (:mod:`~router.config.keys`
 says how). Every problem is a :class:`ConfigError` naming the file, the key path and what is wrong.
 
-Modules: ``keys`` (declaring and reading keys), ``checks`` (checkers of single values), ``model`` and
-``brokers`` (the dataclasses), ``secure`` (TLS and SASL keys together, with their files), ``load``
-(file -> NodeConfig, the checks across keys), ``reference`` (the README table;
+Modules: ``keys`` (declaring and reading keys), ``checks`` (checkers of single values), ``model``,
+``brokers`` and ``telemetry`` (the dataclasses), ``secure`` (TLS and SASL keys together, with their
+files), ``load`` (file -> NodeConfig, the checks across keys), ``reference`` (the README table;
 ``python -m router.config --markdown`` prints it).
 
 Owns the config model; the gateway's and telemetry's configuration objects are part of it
-(router.gateway.config re-exports the broker classes declared here; router.telemetry.config's
-TelemetryConfig checks its own keys). May import: router.defaults, router.telemetry.config,
-router.addressing (the brokers' check against the address rules), router.security (files, users).
-Never imports router.node, router.adapter, router.management, router.gateway or the rest of
-router.telemetry: the layers above import this one.
+(router.gateway.config and router.telemetry.config re-export the classes declared here, in ``brokers``
+and ``telemetry``; TelemetryConfig checks its own keys). Part of the core layer (docs/ARCHITECTURE.md).
+May import: router.defaults, router.addressing (the brokers' check against the address rules),
+router.security (files, users). Never imports router.adapter, router.node or the services: the layers
+above import this one.
 """
 
 from router.config.brokers import DIRECTIONS, SEMANTICS, BridgeConfig, BrokerConfig

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from router.config import checks as c
 from router.config.brokers import BrokerConfig
 from router.config.keys import Check, Invalid, declare, join, section
+from router.config.telemetry import TelemetryConfig
 from router.defaults import (
     HELLO_INTERVAL,
     HELLO_MAX_AGE,
@@ -25,7 +26,6 @@ from router.defaults import (
     RA_INTERVAL,
     RA_INTERVAL_FLUX,
 )
-from router.telemetry.config import TelemetryConfig
 
 DISTRIBUTIONS = ("closest", "balanced", "multicast")
 ROLES = ("normal", "inter-router")

@@ -270,7 +270,7 @@ class RouterCore(AddressTable):
             return NOWHERE
         a.ingress += 1
         a.egress += 1
-        return Routing(HOLD, c, None) if c.busy else c
+        return (HOLD, c, None) if c.busy else c
 
     def route_from_peer(self, p: Producer, a: Address | None, presettled: bool, came_from: str,
                         ann: RouterAnnotations) -> Routing:
@@ -300,7 +300,7 @@ class RouterCore(AddressTable):
             return NOWHERE
         a.ingress += 1
         a.egress += 1
-        return Routing(TO_ONE, c, None)
+        return TO_ONE, c, None
 
     def _route_mesh(self, p: Producer, a: Address, presettled: bool, came_from: str | None,
                     ann: RouterAnnotations | None, streaming: bool) -> Routing:
@@ -325,7 +325,7 @@ class RouterCore(AddressTable):
             a.ingress += 1
             if c.peer is None:
                 a.egress += 1
-        return Routing(HOLD if c.busy else TO_ONE, c, rd)
+        return (HOLD if c.busy else TO_ONE), c, rd
 
     def _to_many(self, a: Address, p: Producer, targets: list[Consumer], streaming: bool) -> Routing:
         if streaming:
@@ -338,7 +338,7 @@ class RouterCore(AddressTable):
             a.ingress += 1
         elif local < len(targets):
             a.transit += 1
-        return Routing(TO_MANY, targets, None)
+        return TO_MANY, targets, None
 
     # ---- the deliveries: sent, held, refused --------------------------------------------------------------
     def arrived(self, p: Producer) -> None:

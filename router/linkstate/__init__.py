@@ -8,6 +8,8 @@ message map, ``Outgoing``), ``flood`` (duplicate suppression), ``neighbors`` (HE
 (link-state database), ``mobile`` (mobile-address sync), ``paths`` (shortest paths tie-broken by node id,
 valid origins), ``engine`` (wiring), ``config`` (timers).
 
+May import: router.defaults, router.logs and networkx; nothing of the adapter, the node or Proton.
+
 How control messages travel between nodes (qdrouterd leaves this to its data plane; here the engine decides,
 so the control plane works, and is tested, without a data plane):
 

@@ -1,7 +1,7 @@
 """The management agent: answers `$management` requests from anywhere in the mesh.
 
-The agent is an in-process AMQP 1.0 client of its own node (the broker gateway's LocalConnection over a
-socketpair), so requests and responses cross the forwarding engine like any other traffic: a request
+The agent is an in-process AMQP 1.0 client of its own node (router.adapter.inprocess, as the broker
+gateway is), so requests and responses cross the forwarding engine like any other traffic: a request
 sent to `_topo/0/<node>/$management` is routed to that node by id, and the response goes to the
 request's `reply_to` through the anonymous relay. `$management` is node-local (never advertised), so
 each node answers for itself. Requests are decoded and answers encoded by the node's own codec
@@ -18,12 +18,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from proton import Delivery, Link
-
+from router.adapter.inprocess import ACCEPTED, REJECTED, NodeConnection
 from router.adapter.routerlinks import RouterLink
 from router.amqp.codec import MalformedError
 from router.amqp.message import decode_message, encode_message
-from router.gateway.local import LocalConnection
 from router.management.entities import NodeEntities
 from router.management.requests import INTERNAL, answer
 
@@ -41,21 +39,21 @@ class ManagementAgent:
     def __init__(self, server: Any, loop: asyncio.AbstractEventLoop,
                  attach: Callable[[socket.socket, str], object]) -> None:
         self.entities = NodeEntities(server)
-        self.conn = LocalConnection(loop, attach, "management")
+        self.conn = NodeConnection(loop, attach, "management")
         self.requests = self.conn.receiver(ADDRESS, _Requests(self))
-        self.replies = self.conn.sender("", _Replies(self))
+        self.replies = self.conn.sender(None, _Replies(self))
         self.requests.flow(CREDIT)
         self._waiting: deque[tuple[str, bytes]] = deque()   # (reply_to, encoded answer)
         self.answered = 0
         self.server = server
         self.loop = loop
-        self._last_sample = time.time()
+        self._last_sample = time.monotonic()
         self._seen: set = set()      # the links of the last sample
         self._sampler = loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def _sample(self) -> None:
         """Add the time since the last sample to the zero-credit time of every link without credit."""
-        now = time.time()
+        now = time.monotonic()
         elapsed, self._last_sample = max(now - self._last_sample, 0.0), now
         seen, self._seen = self._seen, set()
         for rec in self.server.engine.links.values():
@@ -65,22 +63,15 @@ class ManagementAgent:
                     rec.zero_credit += elapsed
         self._sampler = self.loop.call_later(SAMPLE_INTERVAL, self._sample)
 
-    def on_request(self, d: Delivery) -> None:
-        link = self.requests
-        if d.partial:
-            return
-        data = link.recv(d.pending)
-        link.advance()
+    def on_request(self, d: object, data: bytes) -> None:
         try:
             request = decode_message(data)
         except MalformedError as exc:
             log.warning("management: undecodable request dropped: %s", exc)
-            d.update(Delivery.REJECTED)
-            d.settle()
+            self.conn.settle(d, REJECTED)
             self._more_credit()
             return
-        d.update(Delivery.ACCEPTED)
-        d.settle()
+        self.conn.settle(d, ACCEPTED)
         self._more_credit()
         reply_to, properties = request.reply_to, request.application_properties
         correlation_id = request.correlation_id if request.correlation_id is not None else request.message_id
@@ -104,7 +95,6 @@ class ManagementAgent:
     def _more_credit(self) -> None:
         if self.requests.credit < CREDIT // 2:
             self.requests.flow(CREDIT - self.requests.credit)
-        self.conn.kick()
 
     def _send(self, reply: tuple[str, bytes] | None = None) -> None:
         """Queue ``(reply_to, encoded answer)`` if given; send what credit allows."""
@@ -117,15 +107,13 @@ class ManagementAgent:
         link = self.replies
         while self._waiting and link.credit > 0:
             _, data = self._waiting.popleft()
-            link.delivery(str(self.answered).encode())
-            link.send(data)
-            link.advance()
-        self.conn.kick()
+            self.conn.send(link, data)
 
-    def on_reply_outcome(self, d: Delivery) -> None:
-        if d.remote_state in (Delivery.RELEASED, Delivery.MODIFIED, Delivery.REJECTED):
-            log.debug("management: a reply was not delivered (%s)", d.remote_state)
-        d.settle()
+    def on_reply_outcome(self, d: object, outcome: int) -> None:
+        if outcome != ACCEPTED:
+            log.debug("management: a reply was not delivered (outcome 0x%x, %s)", outcome,
+                      self.conn.condition(d))
+        self.conn.forget(d)
 
     def close(self) -> None:
         self._sampler.cancel()
@@ -139,29 +127,32 @@ def _reply(reply_to: str, correlation_id: Any, status: int, description: str, bo
 
 
 class _Requests:
+    """Events of the request link (router.adapter.inprocess.ReceiverEvents)."""
+
     def __init__(self, agent: ManagementAgent) -> None:
         self.agent = agent
 
-    def on_delivery(self, delivery: Delivery) -> None:
-        self.agent.on_request(delivery)
+    def on_message(self, dlv: object, data: bytes, settled: bool) -> None:
+        self.agent.on_request(dlv, data)
 
-    def on_flow(self, link: Link) -> None:
+    def on_flow(self) -> None:
         pass
 
-    def on_link_closed(self, link: Link) -> None:
-        log.warning("management: the request link was closed")
+    def on_link_closed(self) -> None:
+        log.warning("management: the request link was closed (%s)", self.agent.requests.error)
 
 
 class _Replies:
+    """Events of the reply link (router.adapter.inprocess.SenderEvents)."""
+
     def __init__(self, agent: ManagementAgent) -> None:
         self.agent = agent
 
-    def on_delivery(self, delivery: Delivery) -> None:
-        if delivery.updated or delivery.remote_state:
-            self.agent.on_reply_outcome(delivery)
+    def on_outcome(self, dlv: object, outcome: int, undeliverable: bool) -> None:
+        self.agent.on_reply_outcome(dlv, outcome)
 
-    def on_flow(self, link: Link) -> None:
+    def on_flow(self) -> None:
         self.agent._send()
 
-    def on_link_closed(self, link: Link) -> None:
-        log.warning("management: the reply link was closed")
+    def on_link_closed(self) -> None:
+        log.warning("management: the reply link was closed (%s)", self.agent.replies.error)

@@ -22,7 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from router.config import MetricsConfig
 from router.management.entities import NodeEntities
-from router.management.histogram import Histogram
+from router.node.histogram import Histogram
 
 log = logging.getLogger(__name__)
 

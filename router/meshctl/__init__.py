@@ -4,6 +4,9 @@
 ``topologies/*.yaml``; ``nodeconfig`` turns a topology into one node config per node; ``rundir`` owns the
 run directory (configs, logs, pid files); ``procs`` starts and stops node processes; ``probe`` reads a
 node's ``state`` line; ``commands`` and ``cli`` are ``mesh up|status|down|run``.
+
+Part of the CLI layer: may import every layer below it (config, the management client, router.rpc for the
+demo); it runs nodes as processes and never imports router.node or router.adapter.
 """
 
 from router.meshctl.model import Edge, NodeSpec, Topology

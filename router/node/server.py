@@ -1,9 +1,13 @@
-"""The node process: asyncio event loop, listening sockets, timers, signals.
+"""The node: asyncio event loop, listening sockets, connectors, timers, and the services plugged into it.
 
-One asyncio loop per node (so the pika-based broker gateway can later share it). Sockets are watched
-with `add_reader`; a read pushes the bytes into Proton and runs `_pump` at once, which handles all
-resulting events, applies credit decisions and writes every connection that has output. Under load a
-read brings many frames, so one pass forwards many messages.
+One asyncio loop per node (the pika-based broker gateway shares it). Sockets are watched with
+`add_reader`; a read pushes the bytes into Proton and runs `_pump` at once, which handles all resulting
+events, applies credit decisions and writes every connection that has output. Under load a read brings
+many frames, so one pass forwards many messages.
+
+The node knows nothing of its services (management, metrics, broker gateways, telemetry): router.launch
+builds them from the config and plugs them in (`services`, `engine.observer`), and they use the node
+through its methods (`add_local_connection`, `watch_address`, `consumers_of`, ...).
 """
 
 from __future__ import annotations
@@ -11,12 +15,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
-import signal
 import socket
-import sys
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from router.adapter.connection import Connection
 from router.adapter.engine import Engine
@@ -25,14 +27,22 @@ from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
-from router.management.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.connectors import Connector
+from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.mesh import MeshControl
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 
 log = logging.getLogger(__name__)
+
+
+class Service(Protocol):
+    """Something that runs beside the node (management agent, metrics, a broker gateway...)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class Listener:
@@ -56,18 +66,14 @@ class NodeServer:
         rules = AddressRules([(r.prefix, r.distribution) for r in config.address_rules],
                              config.default_distribution)
         self.core = RouterCore(config.node_id, rules, config.link_capacity)
-        self.core.tick(time.time())
+        self.core.tick(time.monotonic())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control)
         self.engine.mesh = self.mesh
         self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
-        if config.telemetry is not None:
-            from router.telemetry.observer import NodeTelemetry
-            from router.telemetry.process import WriterProcess
-
-            writer = WriterProcess(config.telemetry, config.node_id, log_level=config.log_level,
-                                   log_levels=config.log_levels)
-            self.engine.observer = NodeTelemetry(writer, config.node_id)
+        # plugged in by router.launch: started after the listeners, stopped (in reverse) before the
+        # connections close; each has start() and stop()
+        self.services: list[Service] = []
         self._mesh_handle: asyncio.TimerHandle | None = None
         self.listeners: list[tuple[socket.socket, str]] = []
         self.bound: list[Listener] = []      # the same listeners with their policies and counts
@@ -77,9 +83,10 @@ class NodeServer:
         self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
         self._tick_handle: asyncio.TimerHandle | None = None
         self.stopped = loop.create_future()
+        self.started = time.monotonic()     # uptimes are measured on the core's clock
+        # what the services set once started, for each other (management reads the gateways)
         self.gateways: object = None        # router.gateway.Gateways when `brokers:` is configured
-        self.started = time.time()
-        self.management: object = None      # router.management.agent.ManagementAgent once started
+        self.management: object = None      # router.management.agent.ManagementAgent
         self.metrics: object = None         # router.management.metrics.MetricsListener with `metrics:`
         # forwarding latency: input read -> every resulting output written, per batch of events
         self.pump_latency = Histogram(FORWARDING_BOUNDS)
@@ -106,13 +113,16 @@ class NodeServer:
         self._mesh_tick()
         for connector in self.connectors:
             connector.start()
-        self._start_gateways()
-        self._start_management()
+        for service in self.services:
+            service.start()
 
     def stop(self) -> None:
-        """Close listeners and every connection; resolves `stopped`."""
-        self._stop_management()
-        self._stop_gateways()
+        """Stop the services, close listeners and every connection; resolves `stopped`."""
+        for service in reversed(self.services):
+            try:
+                service.stop()
+            except Exception:
+                log.exception("internal error stopping %s", type(service).__name__)
         for sock, _role in self.listeners:
             self.loop.remove_reader(sock.fileno())
             sock.close()
@@ -133,38 +143,7 @@ class NodeServer:
         if not self.stopped.done():
             self.stopped.set_result(None)
 
-    # ---- management: the `$management` agent and the optional Prometheus listener ---------------------
-    def _start_management(self) -> None:
-        from router.management.agent import ManagementAgent
-
-        self.management = ManagementAgent(self, self.loop, self.add_local_connection)
-        if self.config.metrics is not None:
-            from router.management.metrics import MetricsListener  # prometheus-client only when asked
-
-            self.metrics = MetricsListener(self.config.metrics, self, self.loop)
-            self.urls.append(("metrics", self.metrics.url))
-
-    def _stop_management(self) -> None:
-        if self.management is not None:
-            management, self.management = self.management, None
-            management.close()
-        if self.metrics is not None:
-            metrics, self.metrics = self.metrics, None
-            metrics.close()
-
-    # ---- broker gateways (router.gateway): in-process AMQP 1.0 clients of this node -------------------
-    def _start_gateways(self) -> None:
-        if self.config.brokers:
-            from router.gateway import Gateways  # imports pika only when brokers are configured
-
-            self.gateways = Gateways(self.config.brokers, self.config.node_id, self.loop, self)
-            self.gateways.start()
-
-    def _stop_gateways(self) -> None:
-        if self.gateways is not None:
-            gateways, self.gateways = self.gateways, None
-            gateways.stop()
-
+    # ---- in-process clients (management agent, broker gateways) -------------------------------------
     def add_local_connection(self, sock: socket.socket, peer: str) -> Connection:
         """Serve one end of an in-process socketpair exactly like an accepted client socket."""
         sock.setblocking(False)
@@ -286,7 +265,7 @@ class NodeServer:
         """Handle all Proton events, apply credit, write output; once per loop iteration."""
         self._pump_scheduled = False
         engine = self.engine
-        now = time.time()                       # one clock read per batch: in-flight stamps, latency
+        now = time.monotonic()                  # one clock read per batch: in-flight stamps, latency
         engine.core.tick(now)
         if engine.observer is not None:
             engine.observer.tick(now)
@@ -297,7 +276,7 @@ class NodeServer:
         self._reap()
         if self._watchers:
             self._notify_watchers()
-        self.pump_latency.observe(time.time() - now)
+        self.pump_latency.observe(time.monotonic() - now)
 
     # ---- address watches (the broker gateway follows its addresses' consumers) --------------------------
     def watch_address(self, address: str, callback: Callable[[], None]) -> Callable[[], None]:
@@ -390,30 +369,3 @@ class NodeServer:
             state["gateway"] = self.gateways.snapshot()
         log.info("state %s", json.dumps(state, sort_keys=True))
 
-
-async def _serve(config: NodeConfig) -> int:
-    loop = asyncio.get_running_loop()
-    server = NodeServer(config, loop)
-    try:
-        server.start()
-    except OSError as exc:
-        print(f"meshrouter: error: cannot listen: {exc}", file=sys.stderr)
-        return 1
-    except ConfigError as exc:              # a TLS / SASL setting Proton refused: a config error
-        print(f"meshrouter: error: {exc}", file=sys.stderr)
-        return 2
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, server.stop)
-    loop.add_signal_handler(signal.SIGUSR1, server.log_state)
-    for role, url in server.urls:
-        print(f"listening: role={role} url={url}", flush=True)
-    print(f"ready: node={config.node_id} pid={os.getpid()}", flush=True)
-    log.info("node %s ready (%s)", config.node_id, ", ".join(u for _, u in server.urls))
-    await server.stopped
-    log.info("node %s stopped", config.node_id)
-    return 0
-
-
-def run_node(config: NodeConfig) -> int:
-    """Run a node in the foreground until SIGINT / SIGTERM. Returns the exit status."""
-    return asyncio.run(_serve(config))

@@ -30,6 +30,9 @@ Design (each module has one job):
 
 No automatic reconnect: when the connection is lost, everything pending fails with
 :class:`RpcConnectionError` and the client (or server) must be recreated.
+
+A client library (services layer): may import python-qpid-proton's public API, router.amqp and the base;
+nothing of the node.
 """
 
 from __future__ import annotations

@@ -7,4 +7,6 @@
 What Proton does with them (TLS domains, the SASL plugin, each listener's and connector's connection
 policy) is in the adapter: ``router.adapter.tls``, ``router.adapter.sasl``, ``router.adapter.policy``.
 Nothing here imports Proton.
+
+Core layer: may import the base and the standard library only.
 """

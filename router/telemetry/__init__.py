@@ -20,6 +20,10 @@ Event record (link or connection up/down, credit starvation start/end)::
 Times are float epoch seconds (microsecond resolution). Link kinds: ``client``, ``inter-router``,
 ``broker``. Outcomes: ``accepted``, ``rejected``, ``released``, ``modified``, ``presettled``,
 ``dropped``. Every field is described in ``router/telemetry/SCHEMA.md``.
+
+``observer`` (NodeTelemetry) is the node's side: it implements router.adapter.observer.Observer, the
+adapter's one hook point for decisions. May import: router.adapter (the Observer protocol, link ids),
+the core's records and decisions, router.config, the base; pyarrow only in the writer.
 """
 
 from router.telemetry.config import TelemetryConfig

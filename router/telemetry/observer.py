@@ -19,6 +19,7 @@ and writes it in another process: the node itself stays single-threaded.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from router.adapter.handles import link_id
 from router.amqp.annotations import RouterAnnotations
@@ -68,7 +69,8 @@ class NodeTelemetry:
     """
 
     def __init__(self, writer: WriterProcess, node_id: str, handoff_records: int = HANDOFF_RECORDS,
-                 handoff_seconds: float = HANDOFF_SECONDS) -> None:
+                 handoff_seconds: float = HANDOFF_SECONDS,
+                 wall_offset: Callable[[], float] = lambda: time.time() - time.monotonic()) -> None:
         self.writer = writer
         self.node_id = node_id
         self.mesh: dict[object, tuple[int, int]] = {}   # in delivery -> (route id, size), other ways
@@ -78,8 +80,11 @@ class NodeTelemetry:
         # what the engine's mesh path looks a route id up by: (address, raw ingress annotation, hops,
         # from a peer, consumer's peer, destination node) -> route id (bounded: peers choose ingress)
         self.route_ids: dict[tuple, int] = {}
-        # the server calls tick() once per pump: one clock read per batch of messages, not two per message
-        self.now = time.time()
+        # the server calls tick() once per pump with the node's monotonic clock (the core's in-flight stamps
+        # are on it too): one clock read per batch of messages, not two per message. Records are for
+        # people: their times are put on the wall clock when a batch is handed to the writer.
+        self._wall_offset = wall_offset
+        self.now = time.monotonic()
         # the current run of the batch: route (and the address whose local route it is, if it is one),
         # outcome, arrival
         self.rid = 0
@@ -108,7 +113,7 @@ class NodeTelemetry:
             self._marked = n
         if now >= self._due or n >= self._handoff_records:
             if n:
-                self.writer.deliveries(b)
+                self._hand_off(b)
                 self._new_batch()
             else:
                 self.writer.send()              # events and routes
@@ -292,10 +297,17 @@ class NodeTelemetry:
     def event(self, name: str, link: object, address: str | None, peer: str | None) -> None:
         self.writer.event((name, link_id(link) if link is not None else None, address, peer, time.time()))
 
+    def _hand_off(self, b: DeliveryColumns) -> None:
+        """Give a complete batch to the writer, its times on the wall clock."""
+        off = self._wall_offset()
+        b.arrivals = [t + off if t is not None else None for t in b.arrivals]
+        b.times = [t + off for t in b.times]
+        self.writer.deliveries(b)
+
     def close(self) -> None:
         """Hand the current batch to the writer, which writes what is pending and stops."""
         b = self.batch
         b.settle(self.now)
-        self.writer.deliveries(b)
+        self._hand_off(b)
         self._new_batch()
         self.writer.close()

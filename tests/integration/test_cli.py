@@ -1,6 +1,6 @@
 """The meshrouter command line: check-config and config errors of run, as a real subprocess.
 
-The last tests drive ``router.cli.main`` in-process with a stand-in ``router.node.server`` module, so
+The last tests drive ``router.cli.main`` in-process with a stand-in ``router.launch`` module, so
 the run path (logging setup, exit codes, Ctrl-C) is covered without starting a node.
 """
 
@@ -147,16 +147,16 @@ def test_usage_errors(args: tuple[str, ...]) -> None:
 
 @pytest.fixture
 def fake_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.SimpleNamespace]:
-    """Install a stand-in router.node.server whose run_node records its config and does ``behaviour``."""
+    """Install a stand-in router.launch whose run_node records its config and does ``behaviour``."""
     state = types.SimpleNamespace(configs=[], behaviour=lambda: 0)
 
     def run_node(config: NodeConfig) -> int:
         state.configs.append(config)
         return state.behaviour()
 
-    module = types.ModuleType("router.node.server")
+    module = types.ModuleType("router.launch")
     module.run_node = run_node  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "router.node.server", module)
+    monkeypatch.setitem(sys.modules, "router.launch", module)
     # setup_logging() changes the root logger: put it back afterwards.
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level

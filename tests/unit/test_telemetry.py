@@ -422,7 +422,8 @@ def test_node_hooks_give_exact_records(tmp_path):
     from router.telemetry.process import WriterProcess
 
     w = WriterProcess(TelemetryConfig(tmp_path), "A")      # the real child process
-    tel = NodeTelemetry(w, "A", handoff_records=3, handoff_seconds=10)
+    # the node's clock is monotonic; records get wall-clock times (here: T0 + the node's clock)
+    tel = NodeTelemetry(w, "A", handoff_records=3, handoff_seconds=10, wall_offset=lambda: T0)
     client, router = SimpleNamespace(kind="client"), SimpleNamespace(kind="inter-router")
     p = Producer("p", client, Address("q", "balanced"), "q")
     from_b = Producer("pb", router, None, "_router/B")
@@ -437,7 +438,7 @@ def test_node_hooks_give_exact_records(tmp_path):
     def sent(d, key, prod, c, n, ann=None, rd=None):    # what the adapter keeps in the in-flight entry
         return InFlight(d, prod, c, None, 0, rd, tel_now[0], n, tel.route_of(key, prod, c, ann, rd))
 
-    t1, t2, t3, t4 = T0 + 1, T0 + 2, T0 + 3, T0 + 30
+    t1, t2, t3, t4 = 1.0, 2.0, 3.0, 30.0
     tel_now = [t1]
     tel.tick(t1)
     e1, e2, e5 = sent("d1", "q", p, q, 100), sent("d2", "q", p, q, 0), sent("d5", "r", p, r, 2**41)
@@ -472,7 +473,8 @@ def test_node_hooks_give_exact_records(tmp_path):
     tel.settled(InFlight("d4", p, to_c, None, 0, toward_c, t1, -1, -1), 0x24)  # the stream
     tel.close()
     got = [(r["address"], r["ingress"], r["hops"], r["in_link"], r["out_link"], r["egress"], r["outcome"],
-            r["size"], r["arrival"], r["settled"]) for r in lines(tmp_path) if r["kind"] == "delivery"]
+            r["size"], round(r["arrival"] - T0, 6), round(r["settled"] - T0, 6))
+           for r in lines(tmp_path) if r["kind"] == "delivery"]
     here = ("A", 0, "client", "client", "A")
     assert got == [
         ("q", *here, "presettled", 5, t1, t1),
