@@ -397,7 +397,10 @@ class Deliveries:
         else:
             p = e.producer
             if p.alive:
-                copy_outcome(od, e.in_dlv, outcome)
+                if outcome == ACCEPTED:             # nothing more to copy: the common case, inlined
+                    pn_delivery_update(e.in_dlv, ACCEPTED)
+                else:
+                    copy_outcome(od, e.in_dlv, outcome)
                 pn_delivery_settle(e.in_dlv)
                 self.dirty.add(p.conn)
             if self.obs is not None:
