@@ -44,7 +44,7 @@ from router.amqp.annotations import (
     with_hop,
 )
 from router.amqp.codec import MalformedError, scan_message
-from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TO_ONE, TRACKED
+from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
 from router.forwarding.records import (
     ACCEPTED,
     RELEASED,
@@ -266,9 +266,7 @@ class Deliveries:
                  came_from: str | None = None) -> None:
         """Forward a complete delivery to local consumers and/or peer nodes (the general path)."""
         core = self.core
-        r = core.route(p, a, presettled) if came_from is None else \
-            core.route_from_peer(p, a, presettled, came_from, ann)
-        kind, target, rd = (TO_ONE, r, None) if r.__class__ is Consumer else r
+        kind, target, rd = core.route_mesh(p, a, presettled, came_from, ann)
         if self.obs is not None and p.credit == 0:
             self.obs.event("credit_starved_start", p.handle, a.key if a is not None else None, p.conn.peer)
         if not kind:

@@ -8,7 +8,7 @@ event (the adapter calls)                   decision (returned, or taken later)
 ==========================================  ====================================================
 `attach_consumer` / `attach_producer`       the link's record, or a `Refusal`
 `consumer_credit` / `consumer_flow`         whether to answer a drain now; credit for producers
-`route` (a delivery arrived)                ``(kind, target, dest)``: see decisions.py
+`route` / `route_mesh` / `route_stream`      a consumer, or ``(kind, target, dest)``: decisions.py
 `sent` / `sent_copy` / `sent_presettled`    the send mode (one table for every path)
 `settle` (a consumer settled a delivery)    its `InFlight` entry (whose outcome goes upstream)
 `copy_settled` (a multicast copy ended)     BEST / DONE flags for the group
@@ -255,12 +255,12 @@ class RouterCore(AddressTable):
         """Where a complete delivery from client producer `p` for `a` (None: no such address) goes: the
         consumer to send it to now (the common decision, returned as is), or a `Routing` for anything
         else (decisions.py). It used one of `p`'s credits; it is counted (ingress / egress / transit)
-        when it has somewhere to go."""
+        when it has somewhere to go. An address served by other nodes is routed by `route_mesh`."""
+        if a is not None and a.remote:
+            return self.route_mesh(p, a, presettled)
         p.credit -= 1
         if a is None:
             return NOWHERE
-        if a.remote:
-            return self._route_mesh(p, a, presettled, None, None, False)
         if a.multicast:
             targets = fanout(a, presettled, self.backlog, self.capacity) if a.consumers else []
             return self._to_many(a, p, targets, False)
@@ -272,38 +272,17 @@ class RouterCore(AddressTable):
         a.egress += 1
         return (HOLD, c, None) if c.busy else c
 
-    def route_from_peer(self, p: Producer, a: Address | None, presettled: bool, came_from: str,
-                        ann: RouterAnnotations) -> Routing:
-        """Where a complete delivery from peer node `came_from` (on its data-in link `p`, with router
-        annotations `ann`) goes. The link's window is replenished as it is forwarded."""
-        p.credit -= 1
-        self._grant.add(p)
-        if a is None:
-            return NOWHERE
-        return self._route_mesh(p, a, presettled, came_from, ann, False)
-
-    def route_stream(self, p: Producer, a: Address | None, presettled: bool, came_from: str | None = None,
-                     ann: RouterAnnotations | None = None) -> Routing:
-        """Where a multi-frame delivery goes: only consumers not busy with another stream can take it (no
-        HOLD); its credit was counted when it started (`arrived`)."""
+    def route_mesh(self, p: Producer, a: Address | None, presettled: bool, came_from: str | None = None,
+                   ann: RouterAnnotations | None = None, streaming: bool = False) -> Routing:
+        """Where a delivery goes when its address is served by other nodes, or it came from peer node
+        `came_from` (with router annotations `ann`; that data-in link's window is replenished as it is
+        forwarded). `streaming`: a multi-frame delivery (see `route_stream`)."""
+        if not streaming:
+            p.credit -= 1
         if came_from is not None:
             self._grant.add(p)
         if a is None:
             return NOWHERE
-        if a.remote or came_from is not None:
-            return self._route_mesh(p, a, presettled, came_from, ann, True)
-        if a.multicast:
-            targets = fanout(a, presettled, self.backlog, self.capacity) if a.consumers else []
-            return self._to_many(a, p, targets, True)
-        c = pick(a, self.backlog, self.backlog_limit)
-        if c is None or c.busy:
-            return NOWHERE
-        a.ingress += 1
-        a.egress += 1
-        return TO_ONE, c, None
-
-    def _route_mesh(self, p: Producer, a: Address, presettled: bool, came_from: str | None,
-                    ann: RouterAnnotations | None, streaming: bool) -> Routing:
         if ann is not None and len(ann.trace) > self.radius + 1:
             self.counters["hop_limit"] += 1     # crossed more nodes than any shortest path has: a loop
             return NOWHERE
@@ -326,6 +305,26 @@ class RouterCore(AddressTable):
             if c.peer is None:
                 a.egress += 1
         return (HOLD if c.busy else TO_ONE), c, rd
+
+    def route_stream(self, p: Producer, a: Address | None, presettled: bool, came_from: str | None = None,
+                     ann: RouterAnnotations | None = None) -> Routing:
+        """Where a multi-frame delivery goes: only consumers not busy with another stream can take it (no
+        HOLD); its credit was counted when it started (`arrived`)."""
+        if a is not None and (a.remote or came_from is not None):
+            return self.route_mesh(p, a, presettled, came_from, ann, streaming=True)
+        if came_from is not None:
+            self._grant.add(p)
+        if a is None:
+            return NOWHERE
+        if a.multicast:
+            targets = fanout(a, presettled, self.backlog, self.capacity) if a.consumers else []
+            return self._to_many(a, p, targets, True)
+        c = pick(a, self.backlog, self.backlog_limit)
+        if c is None or c.busy:
+            return NOWHERE
+        a.ingress += 1
+        a.egress += 1
+        return TO_ONE, c, None
 
     def _to_many(self, a: Address, p: Producer, targets: list[Consumer], streaming: bool) -> Routing:
         if streaming:

@@ -2,7 +2,7 @@
 
 Every decision is a small constant or tuple, so the hot path allocates nothing for it:
 
-* routing a delivery (`RouterCore.route`, `route_from_peer`, `route_stream`): the consumer to send it to
+* routing a delivery (`RouterCore.route`, `route_mesh`, `route_stream`): the consumer to send it to
   now (the common case, returned as is), or a `Routing` ``(kind, target, dest)``: ``TO_ONE`` (target: a
   consumer or a peer's data-out link, dest: the remote destination it leads to, if any), ``HOLD``
   (target: a consumer busy with a streamed message; send once it is done), ``TO_MANY`` (target: the

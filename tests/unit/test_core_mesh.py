@@ -169,7 +169,7 @@ def test_peer_data_link_window_is_replenished_at_forward_time():
     core.consumer_credit(local, 100)
     a = local.address
     for i in range(8):
-        assert core.route_from_peer(p, a, False, "B", RouterAnnotations()) == (TO_ONE, local, None)
+        assert core.route_mesh(p, a, False, "B", RouterAnnotations()) == (TO_ONE, local, None)
         core.sent(p, local, f"in{i}", f"out{i}", False)
     assert p.in_flight == 8
     assert grants(core)[0] == {"in": 8}              # nothing settled, the window is back anyway
@@ -192,7 +192,7 @@ def test_hop_limit():
     mesh(core, {"svc": ["B"]})
     p = core.add_router_producer("in", "connB", "B")
     a = core.addresses["svc"]
-    assert core.route_from_peer(p, a, False, "C", RouterAnnotations(trace=["0/C", "0/D", "0/E"]))[0] == TO_ONE
-    assert core.route_from_peer(p, a, False, "C", RouterAnnotations(trace=["0/C", "0/D", "0/E", "0/F"])) == (
+    assert core.route_mesh(p, a, False, "C", RouterAnnotations(trace=["0/C", "0/D", "0/E"]))[0] == TO_ONE
+    assert core.route_mesh(p, a, False, "C", RouterAnnotations(trace=["0/C", "0/D", "0/E", "0/F"])) == (
         UNROUTABLE, None, None)                       # radius 2: at most 3 nodes in the trace
     assert core.counters["hop_limit"] == 1
