@@ -90,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{cpu_ratio:.3f}")
     RESULTS_DIR.mkdir(exist_ok=True)
     out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-code-ab.json"
-    out.write_text(json.dumps({"base": a.base, "bench": a.bench, "pairs": rows, "medians": med,
-                               "rate_ratio": rate_ratio, "cpu_ratio": cpu_ratio, "command": " ".join(sys.argv)},
-                              indent=2))
+    record = {"base": a.base, "bench": a.bench, "pairs": rows, "medians": med, "rate_ratio": rate_ratio,
+              "cpu_ratio": cpu_ratio, "command": " ".join(sys.argv)}
+    out.write_text(json.dumps(record, indent=2))
     print(f"Results: {out.relative_to(REPO)}")
     return 0
 
