@@ -235,29 +235,31 @@ class Deliveries:
         """The routing key of a message from a peer: its `x-opt-qd.to`, else its `to`."""
         return ann.to or address_key(layout.info.to or "", self.node_id)
 
+    def rewritten(self, to_peer: bool, key: str, data: bytes, layout: AnnotationLayout | RouterView | None,
+                  ann: RouterAnnotations | None, info: object = None) -> object:
+        """The bytes a message goes on with: annotated (a hop added, `to` kept) toward a peer node, its
+        router annotations stripped toward a client."""
+        if not to_peer:
+            return layout.strip() if layout is not None else data
+        hop = with_hop(ann, self.node_id)
+        if hop.to is None:
+            hop.to = key
+        if layout is not None:
+            return layout.rewrite(hop)
+        if info is None:
+            return annotate_ingress(data, hop)          # a client's complete message
+        return AnnotationLayout(data, info).rewrite(hop)
+
     def payloads(self, key: str, data: bytes, layout: AnnotationLayout | RouterView | None,
                  ann: RouterAnnotations | None, info: object = None):
-        """A function giving the bytes to send to a consumer: stripped for clients, annotated for peers."""
+        """A function giving the bytes to send to a consumer (`rewritten`, made once per kind)."""
         made: dict[bool, object] = {}
-        node = self.node_id
 
         def payload(c: Consumer) -> object:
             to_peer = c.peer is not None
             out = made.get(to_peer)
             if out is None:
-                if to_peer:
-                    hop = with_hop(ann, node)
-                    if hop.to is None:
-                        hop.to = key
-                    if layout is not None:
-                        out = layout.rewrite(hop)
-                    elif info is None:
-                        out = annotate_ingress(data, hop)   # a client's complete message
-                    else:
-                        out = AnnotationLayout(data, info).rewrite(hop)
-                else:
-                    out = layout.strip() if layout is not None else data
-                made[to_peer] = out
+                out = made[to_peer] = self.rewritten(to_peer, key, data, layout, ann, info)
             return out
         return payload
 
@@ -272,13 +274,13 @@ class Deliveries:
         if not kind:
             self._unroutable(d, p, presettled)
             return
-        payload = self.payloads(key, data, layout, ann)
         try:
             if kind == TO_MANY:
+                payload = self.payloads(key, data, layout, ann)
                 for c in target:
                     payload(c)                  # any decoding error happens before a copy is sent
             else:
-                out = payload(target)
+                out = self.rewritten(target.peer is not None, key, data, layout, ann)
         except MalformedError:
             self._reject(d, p, presettled, UNREADABLE, counted=True)
             return
