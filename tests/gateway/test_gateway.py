@@ -266,7 +266,9 @@ def test_broker_entity_for_management(node_factory, broker):
     assert row == {"identity": "rabbit", "url": "amqp://guest@127.0.0.1:5672/%2F", "state": "connected",
                    "addresses": [addr], "published": 3, "confirmed": 3, "returned": 0, "nacked": 0,
                    "unconfirmed": 0, "consumed": 0, "acked": 0, "requeued": 0, "deadLettered": 0,
-                   "reconnects": 0}
+                   "reconnects": 0, "connects": 1, "failures": 0, "silent": 0, "linkCount": 1, "standby": [],
+                   "waiting": 0, "peakUnconfirmed": row["peakUnconfirmed"], "inflightToMesh": 0}
+    assert 1 <= row["peakUnconfirmed"] <= 3
 
 
 def test_telemetry_records_broker_links(node_factory, broker, tmp_path):
