@@ -61,7 +61,7 @@ class NodeState:
 
     connections: int
     links: int
-    in_flight: int                  # deliveries in flight (the node entity's unsettledDeliveries)
+    in_flight: int                  # deliveries in flight (unsettledDeliveries, not the reading's own)
     streams: int                    # multi-frame deliveries being streamed now
     addresses: dict[str, dict[str, Any]]   # key -> distribution, consumers, producers, ready, remote
     node: dict[str, Any] = field(repr=False)   # the node entity (counters: docs/MANAGEMENT.md)
