@@ -226,7 +226,8 @@ def c_consume(exe: Path, url: str, address: str, count: int, window: int) -> tup
 def py_publish(url: str, address: str, count: int, body: bytes) -> tuple[float, list[float]]:
     from proton import Message
 
-    from tests.integration.helpers import Client, close_all, pump
+    from tests.support.clients import Client
+    from tests.support.waiting import close_all, pump
 
     snd = Client(url).sender(address)
     deadline = time.monotonic() + 15
@@ -257,7 +258,8 @@ def py_publish(url: str, address: str, count: int, body: bytes) -> tuple[float, 
 def py_consume(url: str, address: str, count: int, window: int) -> float:
     from proton import Delivery
 
-    from tests.integration.helpers import Client, close_all, pump
+    from tests.support.clients import Client
+    from tests.support.waiting import close_all, pump
 
     rcv = Client(url).receiver(address, credit=window, credit_window=window, auto_accept=False)
     t0 = time.perf_counter()

@@ -23,7 +23,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "acceptedDeliveries",
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
-        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck"),
+        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -36,10 +36,11 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "ready"),
     "router-node": (
         "identity", "reachable", "neighbour", "nextHop", "cost", "linkState", "validOrigins", "instance",
-        "lsSeq", "mobileSeq", "addrCount"),
+        "lsSeq", "mobileSeq", "addrCount", "mobileAddresses"),
     "broker": (
         "identity", "url", "state", "addresses", "published", "confirmed", "returned", "nacked",
-        "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects"),
+        "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
+        "silent", "linkCount", "standby", "waiting", "peakUnconfirmed", "inflightToMesh"),
     "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "settings"),
 }
 
@@ -112,6 +113,7 @@ class NodeEntities:
             "deliveriesDelayed1Sec": counters["delayed_1s"],
             "deliveriesDelayed10Sec": counters["delayed_10s"],
             "deliveriesStuck": core.stuck(),
+            "streamsInProgress": len(engine.streams),
         }
 
     # ---- connections -------------------------------------------------------------------------------------
@@ -190,6 +192,10 @@ class NodeEntities:
         ls = self.server.mesh.ls
         next_hops, costs, neighbours = ls.next_hops, ls.costs, ls.neighbors
         origins = ls.valid_origins
+        advertised: dict[str, list[str]] = {}
+        for address, holders in sorted(ls.known_addresses.items()):
+            for holder in holders:
+                advertised.setdefault(holder, []).append(address)
         rows = []
         for info in ls.remote_nodes():
             node = info["id"]
@@ -207,6 +213,7 @@ class NodeEntities:
                 "lsSeq": info["ls_seq"],
                 "mobileSeq": info["mobile_seq"],
                 "addrCount": info["addresses"],
+                "mobileAddresses": advertised.get(node, []),
             })
         return rows
 
@@ -215,7 +222,16 @@ class NodeEntities:
         gateways = self.server.gateways
         if gateways is None:
             return []
-        return [{name: row.get(name) for name in ATTRIBUTES["broker"]} for row in gateways.entities()]
+        state = gateways.snapshot()
+        rows = []
+        for row in gateways.entities():
+            st = state.get(row["identity"], {})
+            row = {**row, "connects": st.get("connects"), "failures": st.get("failures"),
+                   "silent": st.get("silent"), "linkCount": st.get("links"), "standby": st.get("standby"),
+                   "waiting": st.get("waiting"), "peakUnconfirmed": st.get("peak_unconfirmed"),
+                   "inflightToMesh": st.get("inflight_to_mesh")}
+            rows.append({name: row.get(name) for name in ATTRIBUTES["broker"]})
+        return rows
 
     # ---- listeners -------------------------------------------------------------------------------------
     def listeners(self) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ pytest.importorskip("pyspark", reason="pyspark not installed (pip install 'meshr
 pytest.importorskip("matplotlib", reason="matplotlib not installed (pip install 'meshrouter[analytics]')")
 
 from router.analytics.session import get_session, java_available  # noqa: E402
-from tests.analytics import dataset  # noqa: E402
+from tests.support import analytics_dataset as dataset
 
 if not java_available():
     pytest.skip("java not found: PySpark needs Java 17 (openjdk-17-jre-headless)", allow_module_level=True)

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from router.cli import main
-from tests.analytics.dataset import T0
+from tests.support.analytics_dataset import T0
 
 SETTLING = ("accepted", "rejected", "released", "modified")
 EXITS = ("client", "broker")

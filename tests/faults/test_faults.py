@@ -1,6 +1,6 @@
 """The fault suite: node and connection failures under traffic, each with a message audit.
 
-The audit (tests/system/meshkit.AuditStream): every message a producer sent was accepted by a consumer,
+The audit (tests/support/traffic.AuditStream): every message a producer sent was accepted by a consumer,
 or came back to the producer RELEASED / MODIFIED / REJECTED; the producers here resend RELEASED and
 MODIFIED ones (as the RPC clients do), so in the end each message is accepted exactly once; a consumer
 may see a message twice only if an attempt of it came back MODIFIED (its acceptance was lost with a
@@ -26,24 +26,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO_ROOT
-from tests.integration.helpers import Client
-from tests.system.meshkit import (
-    AuditStream,
-    blackhole,
-    build,
-    converged,
-    inter_router_port,
-    kill9,
-    mesh_view,
-    node_state,
-    receiver,
-    release_blackhole,
-    start,
-    views,
-    wait_address,
-    wait_until,
-)
+from tests.support.clients import Client
+from tests.support.meshes import build, converged, mesh_node, views, wait_address
+from tests.support.nodes import REPO_ROOT, kill9
+from tests.support.ports import inter_router_port
+from tests.support.state import mesh_view, node_state
+from tests.support.traffic import AuditStream
+from tests.support.waiting import wait_until
 
 ADDR = "svc/faults"
 TOTAL = 1500                  # messages per producer
@@ -83,22 +72,22 @@ def _routes_to(nodes, address: str) -> None:
     ids = {n.node_id for n in nodes}
 
     def ok() -> bool:
-        return all(set(node_state(n)["addresses"].get(address, {}).get("remote", ())) == ids - {n.node_id}
+        return all(set(node_state(n).addresses.get(address, {}).get("remote", ())) == ids - {n.node_id}
                    for n in nodes)
     wait_until(ok, 10, lambda: f"{address} routed to {sorted(ids)}: " + "; ".join(
-        f"{n.node_id}: {node_state(n)['addresses'].get(address)}" for n in nodes))
+        f"{n.node_id}: {node_state(n).addresses.get(address)}" for n in nodes))
 
 
 def _settled_inside(nodes) -> None:
     for n in nodes:
-        wait_until(lambda n=n: node_state(n)["in_flight"] == 0, 5, f"node {n.node_id} holding no deliveries")
+        wait_until(lambda n=n: node_state(n).in_flight == 0, 5, f"node {n.node_id} holding no deliveries")
 
 
 @pytest.mark.parametrize("victim", ["A", "B", "C", "D"])
 def test_kill9_each_node_of_the_four_node_mesh(node_factory, victim):
     order, edges = four_node_edges()
     nodes = build(node_factory, order, edges)
-    consumers = {n: receiver(Client(nodes[n].url), ADDR, credit_window=100) for n in order}
+    consumers = {n: Client(nodes[n].url).receiver(ADDR, credit_window=100) for n in order}
     wait_address(nodes.values(), ADDR, order)
     streams = []
     for n in order:
@@ -135,21 +124,21 @@ def test_blackholed_connection_reroutes_on_hello_timeout(node_factory, proxy_fac
     diamond = [("B", "A", 1), ("C", "A", 5), ("D", "B", 1), ("D", "C", 5)]
     nodes = build(node_factory, ["A", "B", "C", "D"], diamond, port_map=via_proxy, idle_timeout=idle)
     a, b, c, d = (nodes[x] for x in "ABCD")
-    assert mesh_view(a)["next_hops"]["D"] == "B"
-    rx = receiver(Client(d.url), ADDR, credit_window=300)
+    assert mesh_view(a).next_hops["D"] == "B"
+    rx = Client(d.url).receiver(ADDR, credit_window=300)
     wait_address(nodes.values(), ADDR, ["D"])
     tx = Client(a.url).sender(ADDR)
     tx.wait_credit()
     stream = AuditStream(tx, [rx], total=3000, window=150, rate=400, tag="a-to-d")
     _run([stream], lambda: len(rx.received) >= 300, "traffic before the blackhole")
-    conns_before = node_state(a)["connections"]
-    blackhole(proxies["BA"])
+    conns_before = node_state(a).connections
+    proxies["BA"].blackhole()
     t0 = time.monotonic()
-    _run([stream], lambda: mesh_view(a)["next_hops"].get("D") == "C", "A rerouting D through C", 5)
+    _run([stream], lambda: mesh_view(a).next_hops.get("D") == "C", "A rerouting D through C", 5)
     rerouted = time.monotonic() - t0
     # the HELLO timeout (0.6 s) moved the route while the dead connection is still open at A
     assert rerouted < 2.0, f"reroute took {rerouted:.1f} s"
-    assert node_state(a)["connections"] == conns_before, "the blackholed connection closed before the reroute"
+    assert node_state(a).connections == conns_before, "the blackholed connection closed before the reroute"
     stuck = len(stream.pending)
     _run([stream], lambda: stream.finished, "every message accepted")
     done = time.monotonic() - t0
@@ -159,8 +148,8 @@ def test_blackholed_connection_reroutes_on_hello_timeout(node_factory, proxy_fac
     _settled_inside([a, c, d])
 
     # the path comes back: B redials A through the proxy, and A routes to D through B again
-    release_blackhole(proxies["BA"])
-    wait_until(lambda: mesh_view(a)["next_hops"].get("D") == "B", 15,
+    proxies["BA"].release()
+    wait_until(lambda: mesh_view(a).next_hops.get("D") == "B", 15,
                lambda: "A back on B: " + views([a, b, c, d]))
 
 
@@ -172,7 +161,7 @@ def test_node_restarted_with_the_same_id(node_factory):
     nodes = build(node_factory, order, edges)
     # D's consumer never settles: what reaches it is in flight through D when D is killed (at 300 msg/s
     # per stream, deliveries that D's consumer settles at once were often all settled at the kill)
-    consumers = [receiver(Client(nodes[n].url), ADDR, credit_window=100, auto_accept=n != "D")
+    consumers = [Client(nodes[n].url).receiver(ADDR, credit_window=100, auto_accept=n != "D")
                  for n in order]
     wait_address(nodes.values(), ADDR, order)
     streams = []
@@ -184,10 +173,10 @@ def test_node_restarted_with_the_same_id(node_factory):
          "traffic before the kill, some of it held at D")
     kill9(nodes["D"])
     connect = [(inter_router_port(nodes[to]), cost) for frm, to, cost in edges if frm == "D"]
-    d2 = start(node_factory, "D", connect=connect)
+    d2 = mesh_node(node_factory, "D", connect=connect)
     others = [nodes[n] for n in "ABC"]
     mesh = [*others, d2]
-    new_consumer = receiver(Client(d2.url), ADDR, credit_window=100)
+    new_consumer = Client(d2.url).receiver(ADDR, credit_window=100)
     for s in streams:
         s.receivers.append(new_consumer)
     _run(streams, lambda: converged(mesh), "the mesh with the new D")

@@ -23,9 +23,9 @@ import random
 
 from proton import Message
 
-from tests.fuzz import gen
-from tests.integration.helpers import Client, wait_for
-from tests.system.meshkit import receiver, wait_until
+from tests.support import frame_gen as gen
+from tests.support.clients import Client
+from tests.support.waiting import wait_for, wait_until
 
 REQUESTS = int(os.environ.get("FUZZ_MGMT_REQUESTS", "3000"))
 TYPES = ("node", "connection", "link", "address", "router-node", "broker", "listener", "router",
@@ -101,7 +101,7 @@ def test_malformed_management_requests_get_errors_or_are_dropped_with_a_log_line
     rng = random.Random(seed)
     a = node_factory("A")
     c = Client(a.url)
-    replies = receiver(c, dynamic=True, credit_window=200)
+    replies = c.receiver(dynamic=True, credit_window=200)
     reply_to = replies.address
     tx = c.sender("$management")
     tx.wait_credit()

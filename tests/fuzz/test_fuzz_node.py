@@ -1,7 +1,7 @@
 """Fuzzing a live node over TCP while a real stream flows through it.
 
 Mesh: B dials A's inter-router listener. A producer on B streams to a consumer on A, so the stream
-crosses A's inter-router connection and A's client listener. Meanwhile tests/fuzz/amqpfuzz.py (a
+crosses A's inter-router connection and A's client listener. Meanwhile tests/support/amqp_fuzz.py (a
 separate process, seeded; the seed is printed) sends FUZZ_FRAMES (default 100,000) random and mutated
 frames and byte streams to A's client and inter-router listeners: garbage, header variants, SASL,
 sessions with mutated transfers / flows / dispositions, and inter-router peers sending malformed and
@@ -28,18 +28,14 @@ import time
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.integration.helpers import Client, WaitTimeout, pump
-from tests.system.meshkit import (
-    AuditStream,
-    RssSampler,
-    build,
-    inter_router_port,
-    node_state,
-    receiver,
-    wait_address,
-    wait_until,
-)
+from tests.support.clients import Client
+from tests.support.meshes import build, wait_address
+from tests.support.nodes import REPO_ROOT
+from tests.support.ports import inter_router_port
+from tests.support.resources import RssSampler
+from tests.support.state import node_state
+from tests.support.traffic import AuditStream
+from tests.support.waiting import WaitTimeout, pump, wait_until
 
 ADDR = "svc/fuzz-stream"
 FRAMES = int(os.environ.get("FUZZ_FRAMES", "100000"))
@@ -48,7 +44,7 @@ RATE = 300                     # stream messages per second
 
 
 def _fuzzer(seed: int, a) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "tests.fuzz.amqpfuzz", "--seed", str(seed), "--frames", str(FRAMES),
+    cmd = [sys.executable, "-m", "tests.support.amqp_fuzz", "--seed", str(seed), "--frames", str(FRAMES),
            "--seconds", "400", "--node-id", a.node_id,
            "--target", f"normal:127.0.0.1:{a.port}",
            "--target", f"inter-router:127.0.0.1:{inter_router_port(a)}"]
@@ -57,8 +53,8 @@ def _fuzzer(seed: int, a) -> subprocess.Popen:
 
 def _tables(node) -> dict:
     st = node_state(node)
-    return {"connections": st["connections"], "links": st["links"], "streams": st["streams"],
-            "addresses": sorted(st["addresses"])}
+    return {"connections": st.connections, "links": st.links, "streams": st.streams,
+            "addresses": sorted(st.addresses)}
 
 
 @pytest.mark.timeout(600)
@@ -67,7 +63,7 @@ def test_fuzz_both_listeners_while_a_stream_flows(node_factory):
     print(f"FUZZ_SEED={seed} FUZZ_FRAMES={FRAMES}")
     nodes = build(node_factory, ["A", "B"], [("B", "A", 1)])
     a, b = nodes["A"], nodes["B"]
-    rx = receiver(Client(a.url), ADDR, credit_window=100)
+    rx = Client(a.url).receiver(ADDR, credit_window=100)
     wait_address(nodes.values(), ADDR, ["A"])
     tx = Client(b.url).sender(ADDR)
     tx.wait_credit()
@@ -124,5 +120,5 @@ def test_fuzz_both_listeners_while_a_stream_flows(node_factory):
 
     # nothing of the fuzz stays in A (its connections close within the idle timeout at most)
     want = {**before, "in_flight": 0}
-    wait_until(lambda: {**_tables(a), "in_flight": node_state(a)["in_flight"]} == want, 20,
-               lambda: f"A's tables back to {want}: {_tables(a)}, in flight {node_state(a)['in_flight']}")
+    wait_until(lambda: {**_tables(a), "in_flight": node_state(a).in_flight} == want, 20,
+               lambda: f"A's tables back to {want}: {_tables(a)}, in flight {node_state(a).in_flight}")

@@ -38,7 +38,7 @@ from router.amqp.annotations import (
 from router.amqp.codec import FlowEchoDetector, MalformedError, decode_value, scan_message, skip_value
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine
 from router.node.mesh import decode_control, encode_control
-from tests.fuzz import gen
+from tests.support import frame_gen as gen
 
 CASES = int(os.environ.get("FUZZ_CASES", "6000"))
 

@@ -42,24 +42,15 @@ from router.adapter.connection import Connection
 from router.linkstate import LinkStateConfig, LinkStateEngine
 from router.linkstate.flood import flood_key
 from router.logs import LogOnce
-from tests.fuzz import gen
-from tests.integration.helpers import (
-    AMQP_HEADER,
-    ATTACH,
-    DISPOSITION,
-    FLOW,
-    OPEN,
-    REJECTED,
-    Client,
-    RawConn,
-    assert_stays,
-    make_message,
-    rss_bytes,
-    wait_for,
-)
-from tests.integration.helpers import SOURCE as SRC
-from tests.integration.helpers import TARGET as TGT
-from tests.system.meshkit import build, inter_router_port, receiver, start, wait_address
+from tests.support import frame_gen as gen
+from tests.support.clients import REJECTED, Client, make_message
+from tests.support.meshes import build, mesh_node, wait_address
+from tests.support.ports import inter_router_port
+from tests.support.raw_amqp import AMQP_HEADER, ATTACH, DISPOSITION, FLOW, OPEN, RawConn
+from tests.support.raw_amqp import SOURCE as SRC
+from tests.support.raw_amqp import TARGET as TGT
+from tests.support.resources import rss_bytes
+from tests.support.waiting import assert_stays, wait_for
 
 MARK = b"XXXXXXXX"           # replaced by invalid UTF-8 of the same length in encoded messages
 BAD_UTF8 = b"\xff\xfe\xc1\x80ab\xed\xa0"
@@ -167,7 +158,7 @@ def test_undecodable_control_messages_are_dropped_and_the_link_lives(node_factor
         raw.transfer(0, payload, settled=True)
         peers.append(raw)
     # the stream between the real peers goes on, and the fake peers' connections are still open
-    rx = receiver(Client(a.url), "balanced/after", credit=10)
+    rx = Client(a.url).receiver("balanced/after", credit=10)
     wait_address(nodes.values(), "balanced/after", ["A"])
     tx = Client(b.url).sender("balanced/after")
     tx.wait_credit()
@@ -185,7 +176,7 @@ def test_undecodable_control_messages_are_dropped_and_the_link_lives(node_factor
 
 def test_inter_router_open_with_undecodable_container_and_properties(node_factory):
     """4."""
-    a = start(node_factory, "A", listen=True)
+    a = mesh_node(node_factory, "A", listen=True)
     raw = _fake_peer(a, container=BAD_UTF8, props=b"qd.inter-router-c\xe9\xff\xfe")
     raw.expect(ATTACH)
     raw.send_bytes(gen.empty_frame())
@@ -227,7 +218,7 @@ def test_control_plane_caches_keyed_by_peer_input_are_bounded():
 def test_management_request_with_undecodable_fields_is_rejected_with_a_log_line(node):
     """7."""
     c = Client(node.url)
-    replies = receiver(c, dynamic=True, credit=10)
+    replies = c.receiver(dynamic=True, credit=10)
     tx = c.sender("$management")
     tx.wait_credit()
     m = Message(address="$management", id="ok-id", reply_to=MARK.decode(),
@@ -249,7 +240,7 @@ def test_management_request_with_undecodable_fields_is_rejected_with_a_log_line(
 def test_management_answer_keeps_a_binary_correlation_id(node):
     """8."""
     c = Client(node.url)
-    replies = receiver(c, dynamic=True, credit=10)
+    replies = c.receiver(dynamic=True, credit=10)
     tx = c.sender("$management")
     tx.wait_credit()
     tx.send(Message(address="$management", correlation_id=b"\x00bin-id", reply_to=replies.address,

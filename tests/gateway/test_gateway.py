@@ -8,18 +8,19 @@ import uuid
 import pika
 from proton import Message, symbol
 
-from tests.gateway.conftest import gateway_config
-from tests.integration.helpers import Client, assert_stays, make_message, wait_for
-from tests.integration.test_mesh_control import converged, inter_router_port, start
-from tests.integration.test_node_tables import node_state
-
-
-def gateway_state(node) -> dict:
-    return node_state(node)["gateway"]["rabbit"]
+from tests.support.clients import Client, make_message
+from tests.support.management import Requester
+from tests.support.meshes import converged, mesh_node
+from tests.support.nodes import DEFAULT_RULES
+from tests.support.ports import inter_router_port
+from tests.support.rabbit import gateway_config
+from tests.support.state import gateway_connected, gateway_state
+from tests.support.telemetry import deliveries
+from tests.support.waiting import assert_stays, wait_for
 
 
 def wait_connected(node) -> None:
-    wait_for(lambda: gateway_state(node)["connected"], what="gateway connected to RabbitMQ")
+    wait_for(lambda: gateway_connected(node), what="gateway connected to RabbitMQ")
 
 
 def test_notifications_stored_while_no_listener_then_delivered_across_the_mesh(node_factory, broker):
@@ -27,17 +28,8 @@ def test_notifications_stored_while_no_listener_then_delivered_across_the_mesh(n
     addr = broker.name("notify.info")
     broker.track(queues=(addr,))
     extra = gateway_config({"address": addr, "semantics": "anycast", "direction": "both", "durable": True})
-    a = start(node_factory, "A", listen=True)
-    a_cfg = dict(extra)
-    a.proc.terminate()
-    a.proc.wait(5)
-    a.stopped = True
-    # A again, now with the gateway (start() has no extra= of its own for brokers)
-    a = node_factory("A", extra={"listeners": [{"host": "127.0.0.1", "port": 0, "role": "normal"},
-                                               {"host": "127.0.0.1", "port": 0, "role": "inter-router"}],
-                                 "router": {"hello_interval": 0.2, "hello_max_age": 0.6,
-                                            "ra_interval_flux": 1.0}, **a_cfg})
-    b = start(node_factory, "B", connect=[(inter_router_port(a), 1)])
+    a = mesh_node(node_factory, "A", listen=True, rules=DEFAULT_RULES, sections=extra)
+    b = mesh_node(node_factory, "B", connect=[(inter_router_port(a), 1)], rules=DEFAULT_RULES)
     wait_for(lambda: converged([a, b]), what="A and B converged")
     wait_connected(a)
     prod = Client(b.url).sender(addr)
@@ -127,7 +119,7 @@ def test_released_is_requeued_and_delivered_again(node_factory, broker):
     r.received[1].accept()
     wait_for(lambda: gateway_state(node)["acked"] == 1, what="ack after ACCEPTED")
     st = gateway_state(node)
-    assert st["requeued"] == 1 and st["dead_lettered"] == 0
+    assert st["requeued"] == 1 and st["deadLettered"] == 0
     assert broker.depth(addr) == 0
 
 
@@ -152,7 +144,7 @@ def test_rejected_and_undeliverable_go_to_the_dead_letter_exchange(node_factory,
     wait_for(lambda: broker.depth(dlq) == 2, what="two messages dead-lettered")
     bodies = sorted(body for _props, body in broker.get_all(dlq))
     assert bodies == [b"bad one", b"cannot take it"]
-    assert gateway_state(node)["dead_lettered"] == 2
+    assert gateway_state(node)["deadLettered"] == 2
     assert broker.depth(addr) == 0
 
 
@@ -218,7 +210,7 @@ def test_no_credit_while_the_broker_is_unreachable(node_factory, broker):
     snd = Client(node.url).sender(addr)
     assert_stays(lambda: snd.credit == 0, 2.0, "producer without credit")
     st = gateway_state(node)
-    assert not st["connected"] and st["failures"] >= 2 and st["links"] == 0
+    assert st["state"] != "connected" and st["failures"] >= 2 and st["linkCount"] == 0
     assert st["state"] in ("down", "connecting") and st["url"] == "amqp://guest@127.0.0.1:1/%2F"
     warnings = [ln for ln in node.stderr_tail(500).splitlines() if "retrying" in ln]
     assert len(warnings) == 1, "one log line per failure streak"
@@ -251,8 +243,6 @@ __all__ = ["Message", "symbol"]
 
 def test_broker_entity_for_management(node_factory, broker):
     """`$management` QUERY type=broker reads Gateways.entities() (docs/MANAGEMENT.md)."""
-    from tests.management.agentkit import Requester
-
     addr = broker.name("mgmt")
     broker.track(queues=(addr,))
     node = node_factory("A", extra=gateway_config(
@@ -266,13 +256,13 @@ def test_broker_entity_for_management(node_factory, broker):
     assert row == {"identity": "rabbit", "url": "amqp://guest@127.0.0.1:5672/%2F", "state": "connected",
                    "addresses": [addr], "published": 3, "confirmed": 3, "returned": 0, "nacked": 0,
                    "unconfirmed": 0, "consumed": 0, "acked": 0, "requeued": 0, "deadLettered": 0,
-                   "reconnects": 0}
+                   "reconnects": 0, "connects": 1, "failures": 0, "silent": 0, "linkCount": 1, "standby": [],
+                   "waiting": 0, "peakUnconfirmed": row["peakUnconfirmed"], "inflightToMesh": 0}
+    assert 1 <= row["peakUnconfirmed"] <= 3
 
 
 def test_telemetry_records_broker_links(node_factory, broker, tmp_path):
     """Deliveries into and out of the broker carry the `broker` link kind in telemetry."""
-    from tests.integration.test_node_telemetry import records
-
     addr = broker.name("tel")
     broker.track(queues=(addr,))
     tdir = tmp_path / "telemetry"
@@ -290,6 +280,5 @@ def test_telemetry_records_broker_links(node_factory, broker, tmp_path):
     node.proc.terminate()
     assert node.proc.wait(20) == 0
     node.stopped = True
-    got = sorted((r["in_link"], r["out_link"], r["outcome"], r["egress"]) for r in records(tdir)
-                 if r["kind"] == "delivery" and r["address"] == addr)
+    got = sorted((r["in_link"], r["out_link"], r["outcome"], r["egress"]) for r in deliveries(tdir, [addr]))
     assert got == [("broker", "client", "accepted", "A")] * 5 + [("client", "broker", "accepted", "A")] * 5

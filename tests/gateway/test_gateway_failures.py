@@ -16,38 +16,34 @@ import time
 import pika
 import pytest
 
-from tests.gateway.conftest import RABBIT_PORT, gateway_config
-from tests.gateway.proxy import PausableProxy
-from tests.gateway.test_gateway_restart import _msg, _rabbitmqctl_usable
-from tests.integration.helpers import Client, pump, wait_for
-from tests.integration.test_node_tables import node_state
+from tests.support.clients import Client
+from tests.support.proxy import TcpProxy
+from tests.support.rabbit import RABBIT_PORT, durable_message, gateway_config, rabbitmqctl_unusable
+from tests.support.state import gateway_connected, gateway_state
+from tests.support.waiting import pump, wait_for
 
 HEARTBEAT = 2
-
-
-def gateway_state(node) -> dict:
-    return node_state(node)["gateway"]["rabbit"]
 
 
 def test_silent_broker_is_dropped_within_two_heartbeats(node_factory, broker):
     addr = broker.name("silent")
     broker.track(queues=(addr,))
-    proxy = PausableProxy(RABBIT_PORT)
+    proxy = TcpProxy(RABBIT_PORT)
     try:
         node = node_factory("A", extra=gateway_config(
             {"address": addr, "semantics": "anycast", "direction": "to-broker", "durable": True},
             url=f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F", heartbeat=HEARTBEAT, confirm_window=50))
-        wait_for(lambda: gateway_state(node)["connected"], what="gateway connected through the relay")
+        wait_for(lambda: gateway_connected(node), what="gateway connected through the relay")
         snd = Client(node.url).sender(addr)
         snd.wait_credit()
-        before = [snd.send(_msg(f"a{i}")) for i in range(10)]
+        before = [snd.send(durable_message(f"a{i}")) for i in range(10)]
         wait_for(lambda: all(t.settled for t in before), what="first 10 settled")
         assert {t.outcome for t in before} == {"ACCEPTED"}
 
         proxy.pause()
         paused = time.monotonic()
-        during = [snd.send(_msg(f"b{i}")) for i in range(10)]     # never confirmed
-        wait_for(lambda: not gateway_state(node)["connected"], what="the gateway noticing the silence")
+        during = [snd.send(durable_message(f"b{i}")) for i in range(10)]     # never confirmed
+        wait_for(lambda: not gateway_connected(node), what="the gateway noticing the silence")
         noticed = time.monotonic() - paused
         assert noticed <= 2 * HEARTBEAT + 1.0, f"noticed after {noticed:.1f} s"
         wait_for(lambda: all(t.settled for t in during), what="unconfirmed deliveries settled")
@@ -57,10 +53,10 @@ def test_silent_broker_is_dropped_within_two_heartbeats(node_factory, broker):
         assert sum(1 for ln in node.stderr_tail(500).splitlines() if "silent for" in ln) == 1
 
         proxy.resume()
-        wait_for(lambda: gateway_state(node)["connected"], what="gateway reconnected")
+        wait_for(lambda: gateway_connected(node), what="gateway reconnected")
         snd2 = Client(node.url).sender(addr)      # a new link: see test_gateway_restart
         snd2.wait_credit()
-        after = [snd2.send(_msg(f"c{i}")) for i in range(10)]
+        after = [snd2.send(durable_message(f"c{i}")) for i in range(10)]
         wait_for(lambda: all(t.settled for t in after), what="10 more settled")
         assert {t.outcome for t in after} == {"ACCEPTED"}
         st = gateway_state(node)
@@ -74,7 +70,7 @@ def test_silent_broker_is_dropped_within_two_heartbeats(node_factory, broker):
 
 
 def test_broker_to_mesh_stream_across_a_broker_restart(node_factory, broker):
-    why = _rabbitmqctl_usable()
+    why = rabbitmqctl_unusable()
     if why is not None:
         pytest.skip(why)
     addr = broker.name("feed")
@@ -85,7 +81,7 @@ def test_broker_to_mesh_stream_across_a_broker_restart(node_factory, broker):
     node = node_factory("A", extra=gateway_config(
         {"address": addr, "semantics": "anycast", "direction": "from-broker", "durable": True},
         heartbeat=HEARTBEAT))
-    wait_for(lambda: gateway_state(node)["connected"], what="gateway connected")
+    wait_for(lambda: gateway_connected(node), what="gateway connected")
     rcv = Client(node.url).receiver(addr, credit=5, auto_accept=False)
     restart = None
     unique_at_restart_end = None
@@ -113,7 +109,7 @@ def test_broker_to_mesh_stream_across_a_broker_restart(node_factory, broker):
     got = [bytes(r.body).decode() for r in rcv.received]
     rcv.link.close()
     rcv.client._write()
-    wait_for(lambda: gateway_state(node)["inflight_to_mesh"] == 0, what="nothing in flight to the mesh")
+    wait_for(lambda: gateway_state(node)["inflightToMesh"] == 0, what="nothing in flight to the mesh")
     broker.reconnect()
     queued = [body.decode() for _props, body in broker.get_all(addr)]
     missing = {f"m{i}" for i in range(count)} - set(got) - set(queued)

@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import signal
 
-from tests.gateway.conftest import gateway_config
-from tests.integration.helpers import Client, assert_stays, make_message, wait_for
-from tests.integration.test_mesh_control import converged, inter_router_port
-from tests.integration.test_node_tables import node_state
-
-
-def gateway_state(node) -> dict:
-    return node_state(node)["gateway"]["rabbit"]
-
-
-def mesh_node(node_factory, node_id: str, gateway: dict, *, listen: bool = False, connect: tuple = ()):
-    listeners = [{"host": "127.0.0.1", "port": 0, "role": "normal"}]
-    if listen:
-        listeners.append({"host": "127.0.0.1", "port": 0, "role": "inter-router"})
-    return node_factory(node_id, extra={
-        "listeners": listeners,
-        "connectors": [{"host": "127.0.0.1", "port": port, "cost": 1} for port in connect],
-        "router": {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0},
-        **gateway})
+from tests.support.clients import Client, make_message
+from tests.support.meshes import converged, mesh_node
+from tests.support.nodes import DEFAULT_RULES
+from tests.support.ports import inter_router_port
+from tests.support.rabbit import gateway_config
+from tests.support.state import gateway_connected, gateway_state
+from tests.support.waiting import assert_stays, wait_for
 
 
 def test_confirm_window_is_per_broker(node_factory, broker):
@@ -35,14 +23,14 @@ def test_confirm_window_is_per_broker(node_factory, broker):
         {"address": a1, "semantics": "anycast", "direction": "to-broker", "durable": False},
         {"address": a2, "semantics": "anycast", "direction": "to-broker", "durable": False},
         confirm_window=8))
-    wait_for(lambda: gateway_state(node)["connected"], what="gateway connected")
+    wait_for(lambda: gateway_connected(node), what="gateway connected")
     # one address alone: its link gets the whole window
     s1 = Client(node.url).sender(a1)
     s1.wait_credit()
     solo = [s1.send(make_message(f"solo{i}")) for i in range(40)]
     wait_for(lambda: all(t.settled for t in solo), what="40 settled")
     assert {t.outcome for t in solo} == {"ACCEPTED"}
-    assert gateway_state(node)["peak_unconfirmed"] == 8
+    assert gateway_state(node)["peakUnconfirmed"] == 8
     # both at once: they share it
     s2 = Client(node.url).sender(a2)
     s2.wait_credit()
@@ -50,7 +38,7 @@ def test_confirm_window_is_per_broker(node_factory, broker):
     wait_for(lambda: all(t.settled for t in both), what="300 settled")
     assert {t.outcome for t in both} == {"ACCEPTED"}
     st = gateway_state(node)
-    assert st["peak_unconfirmed"] == 8, st
+    assert st["peakUnconfirmed"] == 8, st
     assert st["unconfirmed"] == st["waiting"] == 0
     assert broker.depth(a1) == 190 and broker.depth(a2) == 150
 
@@ -61,12 +49,12 @@ def test_both_is_bridged_by_one_node_and_taken_over(node_factory, broker):
     addr = broker.name("shared")
     broker.track(queues=(addr,))
     gw = gateway_config({"address": addr, "semantics": "anycast", "direction": "both", "durable": False})
-    a = mesh_node(node_factory, "A", gw, listen=True)
-    wait_for(lambda: gateway_state(a)["links"] == 2, what="A bridging (both links attached)")
-    b = mesh_node(node_factory, "B", gw, connect=(inter_router_port(a),))
+    a = mesh_node(node_factory, "A", listen=True, rules=DEFAULT_RULES, sections=gw)
+    wait_for(lambda: gateway_state(a)["linkCount"] == 2, what="A bridging (both links attached)")
+    b = mesh_node(node_factory, "B", connect=[(inter_router_port(a), 1)], rules=DEFAULT_RULES, sections=gw)
     wait_for(lambda: converged([a, b]), what="A and B converged")
     wait_for(lambda: gateway_state(b)["standby"] == [addr], what="B standing by")
-    assert gateway_state(b)["links"] == 0 and gateway_state(a)["standby"] == []
+    assert gateway_state(b)["linkCount"] == 0 and gateway_state(a)["standby"] == []
     errors = [ln for ln in b.stderr_tail(500).splitlines() if "already bridged by another node" in ln]
     assert len(errors) == 1 and addr in errors[0] and "bridge-lock" in errors[0]
 
@@ -91,7 +79,7 @@ def test_both_is_bridged_by_one_node_and_taken_over(node_factory, broker):
     a.proc.send_signal(signal.SIGTERM)          # the lock goes with A's broker connection
     a.proc.wait(10)
     a.stopped = True
-    wait_for(lambda: gateway_state(b)["standby"] == [] and gateway_state(b)["links"] == 2,
+    wait_for(lambda: gateway_state(b)["standby"] == [] and gateway_state(b)["linkCount"] == 2,
              what="B bridging after A left")
     assert any("now bridged by this node" in ln for ln in b.stderr_tail(500).splitlines())
     prod2 = Client(b.url).sender(addr)

@@ -6,41 +6,19 @@ connections close (the gateway's own reconnect is what is under test)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 
 import pytest
 
-from tests.gateway.conftest import gateway_config
-from tests.integration.helpers import Client, make_message, pump, wait_for
-from tests.integration.test_node_tables import node_state
-
-
-def _msg(body: str):
-    m = make_message(body.encode(), durable=True)
-    m.inferred = True           # a data section: the broker holds the plain bytes
-    return m
-
-
-def _rabbitmqctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=timeout)
-
-
-def _rabbitmqctl_usable() -> str | None:
-    if shutil.which("rabbitmqctl") is None:
-        return "rabbitmqctl is not installed"
-    try:
-        r = _rabbitmqctl("status", timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"rabbitmqctl status failed: {exc}"
-    if r.returncode != 0:
-        return f"rabbitmqctl status failed (needs root or the Erlang cookie?): {r.stderr.strip()[:200]}"
-    return None
+from tests.support.clients import Client
+from tests.support.rabbit import durable_message, gateway_config, rabbitmqctl_unusable
+from tests.support.state import gateway_connected, gateway_state
+from tests.support.waiting import pump, wait_for
 
 
 def test_broker_restart_mid_stream_loses_no_accepted_message(node_factory, broker):
-    why = _rabbitmqctl_usable()
+    why = rabbitmqctl_unusable()
     if why is not None:
         pytest.skip(why)
     addr = broker.name("restart")
@@ -48,7 +26,7 @@ def test_broker_restart_mid_stream_loses_no_accepted_message(node_factory, broke
     node = node_factory("A", extra=gateway_config(
         {"address": addr, "semantics": "anycast", "direction": "to-broker", "durable": True},
         heartbeat=2, confirm_window=20))
-    wait_for(lambda: node_state(node)["gateway"]["rabbit"]["connected"], what="gateway connected")
+    wait_for(lambda: gateway_connected(node), what="gateway connected")
     snd = Client(node.url).sender(addr)
     snd.wait_credit()
     trackers = []
@@ -58,7 +36,7 @@ def test_broker_restart_mid_stream_loses_no_accepted_message(node_factory, broke
     i = 0
     while time.monotonic() < deadline:
         if snd.credit > 0 and snd.queued == 0 and not restarted:
-            trackers.append(snd.send(_msg(f"r{i}")))
+            trackers.append(snd.send(durable_message(f"r{i}")))
             i += 1
         pump(0.01)
         if restart is None and i >= 40:
@@ -78,7 +56,7 @@ def test_broker_restart_mid_stream_loses_no_accepted_message(node_factory, broke
     snd2 = Client(node.url).sender(addr)
     for _ in range(30):
         snd2.wait_credit(timeout=10)
-        trackers.append(snd2.send(_msg(f"r{i}")))
+        trackers.append(snd2.send(durable_message(f"r{i}")))
         i += 1
     wait_for(lambda: all(t.settled for t in trackers), 10, "every sent message settled")
     outcomes = {}
@@ -91,7 +69,7 @@ def test_broker_restart_mid_stream_loses_no_accepted_message(node_factory, broke
     accepted = {id(t) for t in outcomes["ACCEPTED"]}
     lost = sorted(f"r{n}" for n, t in enumerate(trackers) if id(t) in accepted and f"r{n}" not in stored)
     assert not lost, f"accepted but not in the queue after the restart: {lost}"
-    st = node_state(node)["gateway"]["rabbit"]
+    st = gateway_state(node)
     assert st["connects"] >= 2
     broker.reconnect()
     broker.ch.queue_delete(addr)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 TOOL = Path(__file__).resolve().parents[2] / "examples" / "amqp_tool.py"
 TIMEOUT = 20.0  # seconds, for every subprocess
 
@@ -176,11 +178,7 @@ def test_ctrl_c_closes_politely(tool, node, command):
 
 
 def test_connection_refused_exits_1():
-    import socket
-
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nobody listens on it
     proc = subprocess.run([sys.executable, str(TOOL), "--url", f"amqp://127.0.0.1:{port}", "info"],
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 1

@@ -2,62 +2,26 @@
 addresses, connector retry. (Forwarding data across nodes comes next; see the mesh issue.)"""
 
 import os
-import re
 import signal
 import time
 
-from tests.integration.helpers import Client, wait_for
-from tests.integration.test_node_tables import node_state
-
-IR_RE = re.compile(r"^listening: role=inter-router url=amqp://(?P<host>[^:\s]+):(?P<port>\d+)")
-
-
-def inter_router_port(node) -> int:
-    for line in node.stdout_lines:
-        m = IR_RE.match(line)
-        if m:
-            return int(m["port"])
-    raise AssertionError(f"node {node.node_id} has no inter-router listener: {node.stdout_lines}")
-
-
-def start(node_factory, node_id, *, listen=False, connect=(), listen_cost=1, hello=0.2):
-    listeners = [{"host": "127.0.0.1", "port": 0, "role": "normal"}]
-    if listen:
-        listeners.append({"host": "127.0.0.1", "port": 0, "role": "inter-router", "cost": listen_cost})
-    extra = {
-        "listeners": listeners,
-        "connectors": [{"host": "127.0.0.1", "port": port, "cost": cost} for port, cost in connect],
-        "router": {"hello_interval": hello, "hello_max_age": hello * 3, "ra_interval_flux": 1.0},
-    }
-    return node_factory(node_id, extra=extra)
-
-
-def mesh_view(node) -> dict:
-    return node_state(node)["mesh"]
-
-
-def chain(node_factory):
-    """A <- B <- C: B connects to A (cost 2), C connects to B (cost 1)."""
-    a = start(node_factory, "A", listen=True)
-    b = start(node_factory, "B", listen=True, connect=[(inter_router_port(a), 2)])
-    c = start(node_factory, "C", connect=[(inter_router_port(b), 1)])
-    return a, b, c
-
-
-def converged(nodes) -> bool:
-    ids = {n.node_id for n in nodes}
-    return all(set(mesh_view(n)["reachable"]) == ids - {n.node_id} for n in nodes)
+from tests.support.clients import Client
+from tests.support.meshes import chain, converged, mesh_node
+from tests.support.nodes import DEFAULT_RULES
+from tests.support.ports import free_port, free_ports, inter_router_port
+from tests.support.state import mesh_view, node_state
+from tests.support.waiting import wait_for
 
 
 def test_chain_converges_with_max_cost_and_next_hops(node_factory):
     a, b, c = chain(node_factory)
     wait_for(lambda: converged([a, b, c]), what="every node reaching every other")
     va, vb, vc = mesh_view(a), mesh_view(b), mesh_view(c)
-    assert va["neighbors"] == ["B"] and vb["neighbors"] == ["A", "C"] and vc["neighbors"] == ["B"]
-    assert va["next_hops"] == {"B": "B", "C": "B"}
-    assert vc["next_hops"] == {"A": "B", "B": "B"}
-    assert va["costs"] == {"B": 2, "C": 3}          # A-B: max(1 at A's listener, 2 at B's connector)
-    assert vb["costs"] == {"A": 2, "C": 1}
+    assert va.neighbors == ["B"] and vb.neighbors == ["A", "C"] and vc.neighbors == ["B"]
+    assert va.next_hops == {"B": "B", "C": "B"}
+    assert vc.next_hops == {"A": "B", "B": "B"}
+    assert va.costs == {"B": 2, "C": 3}          # A-B: max(1 at A's listener, 2 at B's connector)
+    assert vb.costs == {"A": 2, "C": 1}
 
 
 def test_mobile_address_propagates_and_is_withdrawn(node_factory):
@@ -65,10 +29,10 @@ def test_mobile_address_propagates_and_is_withdrawn(node_factory):
     wait_for(lambda: converged([a, b, c]), what="convergence")
     cons = Client(c.url)
     r = cons.receiver("svc/orders", credit=5)
-    wait_for(lambda: mesh_view(a)["addresses"].get("svc/orders") == ["C"], what="svc/orders known at A")
-    assert mesh_view(b)["addresses"].get("svc/orders") == ["C"]
+    wait_for(lambda: mesh_view(a).addresses.get("svc/orders") == ["C"], what="svc/orders known at A")
+    assert mesh_view(b).addresses.get("svc/orders") == ["C"]
     r.close()
-    wait_for(lambda: "svc/orders" not in mesh_view(a)["addresses"], what="svc/orders withdrawn at A")
+    wait_for(lambda: "svc/orders" not in mesh_view(a).addresses, what="svc/orders withdrawn at A")
 
 
 def test_node_scoped_addresses_are_not_advertised(node_factory):
@@ -77,8 +41,8 @@ def test_node_scoped_addresses_are_not_advertised(node_factory):
     cons = Client(c.url)
     cons.receiver(None, dynamic=True)
     cons.receiver("svc/visible", credit=1)
-    wait_for(lambda: "svc/visible" in mesh_view(a)["addresses"], what="svc/visible at A")
-    assert all(not k.startswith("_topo") for k in mesh_view(a)["addresses"])
+    wait_for(lambda: "svc/visible" in mesh_view(a).addresses, what="svc/visible at A")
+    assert all(not k.startswith("_topo") for k in mesh_view(a).addresses)
 
 
 def test_killed_transit_node_is_dropped_at_once(node_factory):
@@ -87,7 +51,7 @@ def test_killed_transit_node_is_dropped_at_once(node_factory):
     os.kill(b.pid, signal.SIGKILL)
     b.proc.wait(5)
     start_t = time.monotonic()
-    wait_for(lambda: mesh_view(a)["reachable"] == [] and mesh_view(c)["reachable"] == [],
+    wait_for(lambda: mesh_view(a).reachable == [] and mesh_view(c).reachable == [],
              what="A and C forgetting B and each other")
     # the connection loss acts at once: well before a HELLO max age (0.6 s here) plus a tick
     assert time.monotonic() - start_t < 2.0
@@ -95,12 +59,8 @@ def test_killed_transit_node_is_dropped_at_once(node_factory):
 
 
 def test_connector_retries_until_peer_appears_and_logs_once(node_factory, tmp_path):
-    import socket
-
-    with socket.socket() as s:                        # a port with nobody listening yet
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    b = start(node_factory, "B", connect=[(port, 1)])
+    port = free_port()                                # nobody listening yet
+    b = mesh_node(node_factory, "B", connect=[(port, 1)], rules=DEFAULT_RULES)
     time.sleep(1.5)                                   # several failed attempts (0.1, 0.2, 0.4, 0.8 s)
     a = node_factory("A", extra={"listeners": [
         {"host": "127.0.0.1", "port": 0, "role": "normal"},
@@ -113,27 +73,18 @@ def test_connector_retries_until_peer_appears_and_logs_once(node_factory, tmp_pa
 
 
 def test_client_links_are_refused_on_inter_router_connections(node_factory):
-    a = start(node_factory, "A", listen=True)
+    a = mesh_node(node_factory, "A", listen=True, rules=DEFAULT_RULES)
     cl = Client(f"amqp://127.0.0.1:{inter_router_port(a)}")
     r = cl.receiver("svc/x", credit=1, wait=False)
     wait_for(lambda: r.remote_closed, what="the link refused")
     assert r.remote_condition.name == "qd:connection-role"
 
 
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_connections_between_the_same_pair_are_tolerated(node_factory):
     """A dials B and B dials A: two inter-router connections join one pair of nodes, and the control
     plane treats them as one neighbour (losing one of them is not tested yet: no way to cut just one
     from outside before management exists)."""
-    pa, pb = _free_port(), _free_port()
+    pa, pb = free_ports(2)
     timers = {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0}
 
     def node(node_id, own, other):
@@ -144,7 +95,7 @@ def test_two_connections_between_the_same_pair_are_tolerated(node_factory):
 
     a = node("A", pa, pb)
     b = node("B", pb, pa)
-    wait_for(lambda: converged([a, b]) and node_state(a)["connections"] == 2, what="two connections A-B")
-    assert mesh_view(a)["neighbors"] == ["B"] and mesh_view(b)["neighbors"] == ["A"]
+    wait_for(lambda: converged([a, b]) and node_state(a).connections == 2, what="two connections A-B")
+    assert mesh_view(a).neighbors == ["B"] and mesh_view(b).neighbors == ["A"]
     time.sleep(1.0)                                   # several HELLO periods: still stable
-    assert converged([a, b]) and mesh_view(a)["costs"] == {"B": 1}
+    assert converged([a, b]) and mesh_view(a).costs == {"B": 1}

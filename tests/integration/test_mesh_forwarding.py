@@ -1,7 +1,9 @@
 """Forwarding across nodes: a chain of real node processes, clients on different nodes."""
 
-from tests.integration.helpers import Client, make_message, random_bytes, wait_for
-from tests.integration.test_mesh_control import chain, converged, mesh_view
+from tests.support.clients import Client, make_message, random_bytes
+from tests.support.meshes import chain, converged
+from tests.support.state import mesh_view
+from tests.support.waiting import wait_for
 
 MB = 1024 * 1024
 
@@ -10,7 +12,7 @@ def test_chain_delivers_across_two_hops_and_outcome_returns(node_factory):
     a, b, c = chain(node_factory)
     wait_for(lambda: converged([a, b, c]), what="convergence")
     recv = Client(a.url).receiver("svc/chain", credit=50)
-    wait_for(lambda: mesh_view(c)["addresses"].get("svc/chain") == ["A"], what="svc/chain known at C")
+    wait_for(lambda: mesh_view(c).addresses.get("svc/chain") == ["A"], what="svc/chain known at C")
     snd = Client(c.url).sender("svc/chain")
     snd.wait_credit()
     trackers = [snd.send(make_message(body=f"m{i}", annotations={"x-opt-app.k": i})) for i in range(20)]
@@ -32,7 +34,7 @@ def test_large_message_streams_across_the_chain_and_anonymous_rpc_replies(node_f
     caller = Client(c.url)
     replies = caller.receiver(None, dynamic=True, credit=5)
     wait_for(lambda: replies.address is not None, what="dynamic reply address")
-    wait_for(lambda: mesh_view(c)["addresses"].get("svc/big") == ["A"], what="svc/big known at C")
+    wait_for(lambda: mesh_view(c).addresses.get("svc/big") == ["A"], what="svc/big known at C")
     snd = caller.sender("svc/big")
     snd.wait_credit()
     body = random_bytes(3 * MB)
@@ -46,7 +48,7 @@ def test_large_message_streams_across_the_chain_and_anonymous_rpc_replies(node_f
     (reply,) = replies.wait_messages(1)
     assert reply.body == "pong" and not reply.message.annotations
     assert r.wait().outcome == "ACCEPTED"
-    assert replies.address.split("/")[-1] not in str(mesh_view(a)["addresses"])   # never advertised
+    assert replies.address.split("/")[-1] not in str(mesh_view(a).addresses)   # never advertised
 
 
 def test_unknown_node_scoped_address_is_released(node_factory):

@@ -6,27 +6,19 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import Client, make_message, random_bytes, wait_for
-from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view
-from tests.integration.test_node_telemetry import records
+from tests.support.clients import Client, make_message, random_bytes
+from tests.support.meshes import build
+from tests.support.state import mesh_view
+from tests.support.telemetry import deliveries
+from tests.support.waiting import wait_for
 
 EDGES = [("B", "A"), ("D", "C"), ("C", "A"), ("D", "B"), ("D", "A"), ("C", "B")]   # every pair, cost 1
 RULES = [("multicast", "multicast")]
 
 
 def four_node_mesh(node_factory, tdir):
-    nodes = {}
-    for name in "ABCD":
-        listeners = [{"host": "127.0.0.1", "port": 0, "role": "normal"},
-                     {"host": "127.0.0.1", "port": 0, "role": "inter-router"}]
-        connectors = [{"host": "127.0.0.1", "port": inter_router_port(nodes[to])}
-                      for frm, to in EDGES if frm == name]
-        extra = {"listeners": listeners, "connectors": connectors,
-                 "router": {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0},
-                 "telemetry": {"dir": str(tdir)}}
-        nodes[name] = node_factory(name, rules=RULES, extra=extra)
-    wait_for(lambda: converged(nodes.values()), what="four-node convergence")
-    return nodes
+    sections = {name: {"telemetry": {"dir": str(tdir)}} for name in "ABCD"}
+    return build(node_factory, "ABCD", [(frm, to, 1) for frm, to in EDGES], rules=RULES, sections=sections)
 
 
 def run_mesh_traffic(nodes) -> None:
@@ -35,8 +27,8 @@ def run_mesh_traffic(nodes) -> None:
     svc = Client(a.url).receiver("svc/tel", credit=50)
     news_a = Client(a.url).receiver("multicast/tel", credit=50)
     news_d = Client(d.url).receiver("multicast/tel", credit=50)
-    wait_for(lambda: mesh_view(c)["addresses"].get("svc/tel") == ["A"], what="svc/tel known at C")
-    wait_for(lambda: mesh_view(b)["addresses"].get("multicast/tel") == ["A", "D"], what="multicast/tel at B")
+    wait_for(lambda: mesh_view(c).addresses.get("svc/tel") == ["A"], what="svc/tel known at C")
+    wait_for(lambda: mesh_view(b).addresses.get("multicast/tel") == ["A", "D"], what="multicast/tel at B")
     s = Client(c.url).sender("svc/tel")
     s.wait_credit()
     for t in [s.send(make_message(f"m{i}")) for i in range(10)]:
@@ -58,8 +50,7 @@ def test_mesh_records_carry_ingress_hops_and_link_kinds(node_factory, tmp_path):
     tdir = tmp_path / "telemetry"
     nodes = four_node_mesh(node_factory, tdir)
     run_mesh_traffic(nodes)
-    deliveries = [r for r in records(tdir) if r["kind"] == "delivery"]
-    svc = [r for r in deliveries if r["address"] == "svc/tel"]
+    svc = deliveries(tdir, ["svc/tel"])
     at_c = [r for r in svc if r["node"] == "C"]
     at_a = [r for r in svc if r["node"] == "A"]
     assert len(at_c) == len(at_a) == 10 and len(svc) == 20            # no other node saw them
@@ -67,7 +58,7 @@ def test_mesh_records_carry_ingress_hops_and_link_kinds(node_factory, tmp_path):
                == ("C", 0, "client", "inter-router", "accepted", "A") for r in at_c)  # C knew: A
     assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"], r["egress"])
                == ("C", 1, "inter-router", "client", "accepted", "A") for r in at_a)
-    news = [r for r in deliveries if r["address"] == "multicast/tel"]
+    news = deliveries(tdir, ["multicast/tel"])
     assert sorted((r["node"], r["hops"], r["in_link"]) for r in news) == sorted(
         [("B", 0, "client")] * 4 + [("A", 1, "inter-router")] * 4 + [("D", 1, "inter-router")] * 4)
     assert all(r["ingress"] == "B" and r["outcome"] == "accepted" for r in news)
@@ -85,7 +76,10 @@ def test_analyze_four_node_mesh_records(node_factory, tmp_path):
                            "--master", "local[1]"], capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["nodes"] == 4 and summary["deliveries"] == 32
+    # the job counts every delivery record: the test's 32 and those of the management readings that
+    # waited for the mesh (tests/support/state.py)
+    assert len(deliveries(tdir, ["svc/tel", "multicast/tel"])) == 32
+    assert summary["nodes"] == 4 and summary["deliveries"] == len(deliveries(tdir))
     assert summary["corrupt_lines"] == 0 and summary["invalid_records"] == 0
     html = (out / "report.html").read_text()
     assert "svc/tel" in html and "multicast/tel" in html and "<img" in html
@@ -95,23 +89,15 @@ def test_streamed_and_held_deliveries_across_two_nodes(node_factory, tmp_path):
     """Multi-frame messages crossing A -> B (unicast settled or not, multicast), and small ones that
     wait at A while a stream goes out on the inter-router link: one record per delivery on each node."""
     tdir = tmp_path / "telemetry"
-    nodes = {}
-    for name in "AB":
-        extra = {"listeners": [{"host": "127.0.0.1", "port": 0, "role": "normal"},
-                               {"host": "127.0.0.1", "port": 0, "role": "inter-router"}],
-                 "connectors": [{"host": "127.0.0.1", "port": inter_router_port(nodes["A"])}] if name == "B"
-                 else [],
-                 "router": {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0},
-                 "telemetry": {"dir": str(tdir)}}
-        nodes[name] = node_factory(name, rules=RULES, extra=extra)
+    nodes = build(node_factory, "AB", [("B", "A", 1)], rules=RULES,
+                  sections={name: {"telemetry": {"dir": str(tdir)}} for name in "AB"})
     a, b = nodes["A"], nodes["B"]
-    wait_for(lambda: converged(nodes.values()), what="two-node convergence")
     mb = 1024 * 1024
     svc = Client(b.url).receiver("svc/big", credit=50)
     news_a = Client(a.url).receiver("multicast/big", credit=10)
     news_b = Client(b.url).receiver("multicast/big", credit=10)
-    wait_for(lambda: mesh_view(a)["addresses"].get("svc/big") == ["B"], what="svc/big known at A")
-    wait_for(lambda: mesh_view(a)["addresses"].get("multicast/big") == ["B"], what="multicast/big at A")
+    wait_for(lambda: mesh_view(a).addresses.get("svc/big") == ["B"], what="svc/big known at A")
+    wait_for(lambda: mesh_view(a).addresses.get("multicast/big") == ["B"], what="multicast/big at A")
     prod = Client(a.url)
     s = prod.sender("svc/big")
     s.wait_credit()
@@ -131,7 +117,7 @@ def test_streamed_and_held_deliveries_across_two_nodes(node_factory, tmp_path):
         node.proc.wait(10)
         node.stopped = True
     got = sorted((r["node"], r["address"], r["outcome"], r["size"] >= mb, r["in_link"], r["out_link"])
-                 for r in records(tdir) if r["kind"] == "delivery")
+                 for r in deliveries(tdir, ["svc/big", "multicast/big"]))
     out_a, in_b = ("A", "svc/big"), ("B", "svc/big")
     assert got == sorted(
         [(*out_a, "accepted", True, "client", "inter-router")]

@@ -1,159 +1,26 @@
 """``meshrouter mesh up|status|down|run`` with real node processes.
 
 Every test works on a copy of a shipped topology rewritten to free ports, in a run directory under
-tmp_path; the ``mesh`` fixture runs ``mesh down`` for every mesh it touched, even when the test fails.
+tmp_path; the ``meshctl`` fixture (tests/conftest.py) runs ``mesh down`` for every mesh it touched, even
+when the test fails.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TOPOLOGIES = REPO_ROOT / "topologies"
-FAST_TIMERS = {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0}
-URL_RE = re.compile(r"^(?P<node>\S+) (?P<url>amqp://127\.0\.0\.1:(?P<port>\d+))$", re.M)
-CONVERGED_RE = re.compile(r"converged in (?P<total>[\d.]+) s \((?P<after_ready>[\d.]+) s after")
-CLI_TIMEOUT = 60.0
+from tests.support.meshctl import CLI_TIMEOUT, mesh_args, pid_running, up
+from tests.support.nodes import REPO_ROOT
 
 
-def mesh_args(command: str, topology: Path, run_dir: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "router", "mesh", command, str(topology), "--dir", str(run_dir), *extra]
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports nobody listens on right now."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def pid_running(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
-
-
-def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
-
-
-@dataclass
-class Mesh:
-    """One topology copy, its run directory, and the CLI to drive it."""
-
-    topology: Path
-    run_dir: Path
-    touched: list[tuple[Path, Path]] = field(default_factory=list)
-
-    def cli(self, command: str, *extra: str, topology: Path | None = None,
-            check: int | None = None) -> subprocess.CompletedProcess[str]:
-        topo = topology or self.topology
-        self.touched.append((topo, self.run_dir))
-        args = mesh_args(command, topo, self.run_dir, *extra)
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO_ROOT,
-                              stdin=subprocess.DEVNULL)
-        if check is not None:
-            assert proc.returncode == check, (f"{' '.join(args[3:])} exited {proc.returncode}, expected "
-                                              f"{check}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}\n"
-                                              f"{self.logs()}")
-        assert "Traceback" not in proc.stderr, proc.stderr
-        return proc
-
-    def pids(self) -> dict[str, int]:
-        return {p.stem: int(p.read_text()) for p in self.run_dir.glob("*.pid")}
-
-    def status(self) -> dict:
-        return json.loads(self.cli("status", "--json").stdout)
-
-    def logs(self, lines: int = 15) -> str:
-        out = []
-        for path in sorted(self.run_dir.glob("*.stderr")):
-            tail = [ln for ln in path.read_text(errors="replace").splitlines() if " state {" not in ln]
-            out.append(f"--- {path.name}:\n" + "\n".join(tail[-lines:]))
-        return "\n".join(out)
-
-
-def rewrite(source: Path, dest: Path, *, fast: bool) -> Path:
-    """A copy of ``source`` on free ports (and fast control-plane timers if ``fast``)."""
-    data = yaml.safe_load(source.read_text())
-    ports = iter(free_ports(2 * len(data["nodes"])))
-    for spec in data["nodes"].values():
-        spec["client_port"] = next(ports)
-        if "inter_router_port" in spec:
-            spec["inter_router_port"] = next(ports)
-    if fast:
-        data["router"] = dict(FAST_TIMERS)
-    dest.write_text(yaml.safe_dump(data, sort_keys=False))
-    return dest
-
-
-@pytest.fixture
-def mesh(tmp_path: Path) -> Iterator[Callable[..., Mesh]]:
-    """``mesh("triangle", fast=True)``: a rewritten copy of topologies/triangle.yaml and its CLI."""
-    made: list[Mesh] = []
-
-    def make(name: str, *, fast: bool = True) -> Mesh:
-        topo = rewrite(TOPOLOGIES / f"{name}.yaml", tmp_path / f"{name}-{len(made)}.yaml", fast=fast)
-        m = Mesh(topo, tmp_path / f"run-{name}-{len(made)}")
-        made.append(m)
-        return m
-
-    yield make
-
-    leftovers = []
-    for m in made:
-        for topo, run_dir in dict.fromkeys(m.touched):
-            if topo.exists() and run_dir.exists():
-                subprocess.run(mesh_args("down", topo, run_dir), capture_output=True, timeout=CLI_TIMEOUT,
-                               cwd=REPO_ROOT)
-        for node_id, pid in m.pids().items():          # down failed: never leave a node behind
-            if pid_running(pid):
-                os.kill(pid, signal.SIGKILL)
-                leftovers.append(f"{node_id} pid {pid}")
-    assert not leftovers, f"mesh down left nodes running: {leftovers}"
-
-
-def up(m: Mesh, *extra: str) -> tuple[dict[str, str], float, float]:
-    """``mesh up``: the printed client URLs and the convergence times (total, after the last ready)."""
-    proc = m.cli("up", *extra, check=0)
-    urls = {match["node"]: match["url"] for match in URL_RE.finditer(proc.stdout)}
-    times = CONVERGED_RE.search(proc.stdout)
-    assert times, proc.stdout
-    return urls, float(times["total"]), float(times["after_ready"])
-
-
-def test_triangle_up_status_down(mesh):
-    m = mesh("triangle")
+def test_triangle_up_status_down(meshctl):
+    m = meshctl("triangle")
     topo = yaml.safe_load(m.topology.read_text())
     urls, total, _ = up(m)
     assert urls == {n: f"amqp://127.0.0.1:{spec['client_port']}" for n, spec in topo["nodes"].items()}
@@ -180,8 +47,8 @@ def test_triangle_up_status_down(mesh):
     assert after["running"] == 0 and not any(n["alive"] for n in after["nodes"].values())
 
 
-def test_four_node_mesh_converges_and_reports_its_time(mesh, record_property, capsys):
-    m = mesh("four-node", fast=False)             # the shipped timers: only the ports are rewritten
+def test_four_node_mesh_converges_and_reports_its_time(meshctl, record_property, capsys):
+    m = meshctl("four-node", fast=False)             # the shipped timers: only the ports are rewritten
     urls, total, after_ready = up(m)
     assert sorted(urls) == ["A", "B", "C", "D"]
     status = m.status()
@@ -193,8 +60,8 @@ def test_four_node_mesh_converges_and_reports_its_time(mesh, record_property, ca
               f"node was ready (target: <= 0.5 s)")
 
 
-def test_second_up_of_a_running_mesh_exits_2(mesh):
-    m = mesh("chain")
+def test_second_up_of_a_running_mesh_exits_2(meshctl):
+    m = meshctl("chain")
     up(m)
     pids = m.pids()
     again = m.cli("up", check=2)
@@ -202,8 +69,8 @@ def test_second_up_of_a_running_mesh_exits_2(mesh):
     assert m.pids() == pids and all(pid_running(p) for p in pids.values())
 
 
-def test_bad_topology_exits_2_naming_file_and_key(mesh, tmp_path):
-    m = mesh("triangle")
+def test_bad_topology_exits_2_naming_file_and_key(meshctl, tmp_path):
+    m = meshctl("triangle")
     bad = tmp_path / "bad.yaml"
     data = yaml.safe_load(m.topology.read_text())
     data["edges"].append({"from": "C", "to": "Z"})
@@ -215,16 +82,16 @@ def test_bad_topology_exits_2_naming_file_and_key(mesh, tmp_path):
     assert not m.run_dir.exists()                                  # nothing was started or written
 
 
-def test_up_that_times_out_reports_and_stops_the_nodes(mesh):
-    m = mesh("triangle")
+def test_up_that_times_out_reports_and_stops_the_nodes(meshctl):
+    m = meshctl("triangle")
     proc = m.cli("up", "--timeout", "0.05", check=1)
     assert "did not converge within 0.05 s" in proc.stderr
     assert re.search(r"^  [ABC]: not ready|^  [ABC] misses", proc.stderr, re.M), proc.stderr
     assert m.pids() == {}
 
 
-def test_up_refuses_a_taken_port(mesh):
-    m = mesh("chain")
+def test_up_refuses_a_taken_port(meshctl):
+    m = meshctl("chain")
     port = yaml.safe_load(m.topology.read_text())["nodes"]["B"]["client_port"]
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
@@ -234,8 +101,8 @@ def test_up_refuses_a_taken_port(mesh):
     assert m.pids() == {}
 
 
-def test_run_keeps_the_mesh_until_ctrl_c_then_stops_it(mesh):
-    m = mesh("chain")
+def test_run_keeps_the_mesh_until_ctrl_c_then_stops_it(meshctl):
+    m = meshctl("chain")
     m.touched.append((m.topology, m.run_dir))
     proc = subprocess.Popen(mesh_args("run", m.topology, m.run_dir), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, start_new_session=True)
@@ -259,9 +126,9 @@ def test_run_keeps_the_mesh_until_ctrl_c_then_stops_it(mesh):
             proc.wait()
 
 
-def test_run_with_demo_makes_rpc_calls_through_the_four_node_mesh(mesh):
+def test_run_with_demo_makes_rpc_calls_through_the_four_node_mesh(meshctl):
     """What `make run` does: caller on C, echo server on A, replies back through the mesh."""
-    m = mesh("four-node")
+    m = meshctl("four-node")
     m.touched.append((m.topology, m.run_dir))
     proc = subprocess.Popen(mesh_args("run", m.topology, m.run_dir) + ["--demo", "A:C"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
@@ -286,7 +153,7 @@ def test_run_with_demo_makes_rpc_calls_through_the_four_node_mesh(mesh):
             proc.wait()
 
 
-def test_run_demo_with_unknown_node_exits_2(mesh):
-    m = mesh("chain")
+def test_run_demo_with_unknown_node_exits_2(meshctl):
+    m = meshctl("chain")
     proc = m.cli("run", "--demo", "A:Z", check=2)
     assert "--demo" in proc.stderr and m.pids() == {}

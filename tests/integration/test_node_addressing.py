@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.helpers import ACCEPTED, Client, send_paced
+from tests.support.clients import ACCEPTED, Client
+from tests.support.traffic import send_paced
 
 
 def copies(node, address: str) -> int:

@@ -6,20 +6,10 @@ import os
 
 import pytest
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    AMQP_HEADER,
-    ATTACH,
-    CLOSE,
-    FLOW,
-    TRANSFER,
-    Client,
-    RawConn,
-    assert_not_spinning,
-    encode_frame,
-    make_message,
-    wait_for,
-)
+from tests.support.clients import ACCEPTED, Client, make_message
+from tests.support.raw_amqp import AMQP_HEADER, ATTACH, CLOSE, FLOW, TRANSFER, RawConn, encode_frame
+from tests.support.resources import assert_not_spinning
+from tests.support.waiting import wait_for
 
 ADDRESS = "balanced/bad-input-pair"
 

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    MODIFIED,
-    RELEASED,
-    Client,
-    wait_for,
-)
+from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client
+from tests.support.waiting import wait_for
 
 HOW = ["detach", "close_connection", "drop_tcp"]
 

@@ -9,15 +9,10 @@ import uuid
 import pytest
 from proton import Data, Message, symbol, timestamp
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    Client,
-    described,
-    make_message,
-    pump_for,
-    random_bytes,
-    rss_bytes,
-)
+from tests.support.clients import ACCEPTED, Client, make_message, random_bytes
+from tests.support.raw_amqp import described
+from tests.support.resources import rss_bytes
+from tests.support.waiting import pump_for
 
 MB = 1024 * 1024
 

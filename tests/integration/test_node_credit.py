@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    ATTACH,
-    FLOW,
-    MODIFIED,
-    RELEASED,
-    Client,
-    RawConn,
-    WaitTimeout,
-    assert_stays,
-    make_message,
-    outcome_name,
-    wait_for,
-)
+from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_message, outcome_name
+from tests.support.raw_amqp import ATTACH, FLOW, RawConn
+from tests.support.waiting import WaitTimeout, assert_stays, wait_for
 
 CAPACITY = 10
 

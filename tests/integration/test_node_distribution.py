@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    MODIFIED,
-    REJECTED,
-    RELEASED,
-    Client,
-    assert_stays,
-    outcome_name,
-    send_paced,
-    wait_for,
-)
+from tests.support.clients import ACCEPTED, MODIFIED, REJECTED, RELEASED, Client, outcome_name
+from tests.support.traffic import send_paced
+from tests.support.waiting import assert_stays, wait_for
 
 
 def test_closest_round_robin(node):

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    DYNAMIC_ADDRESS_RE,
-    REJECTED,
-    RELEASED,
-    Client,
-    make_message,
-)
+from tests.support.clients import ACCEPTED, DYNAMIC_ADDRESS_RE, REJECTED, RELEASED, Client, make_message
 
 
 def _dynamic_re(node) -> re.Pattern:

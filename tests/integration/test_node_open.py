@@ -10,14 +10,9 @@ from proton.reactor import AtMostOnce
 from proton.utils import BlockingConnection
 
 import router
-from tests.integration.helpers import (
-    ACCEPTED,
-    CLOSE,
-    OPEN,
-    Client,
-    RawConn,
-    pump_for,
-)
+from tests.support.clients import ACCEPTED, Client
+from tests.support.raw_amqp import CLOSE, OPEN, RawConn
+from tests.support.waiting import pump_for
 
 
 def _roundtrip(client: Client, address: str = "balanced/open-check") -> None:

@@ -2,22 +2,8 @@
 
 from proton import Link
 
-from tests.integration.helpers import Client, ReceiverLink, assert_stays, make_message, random_bytes
-
-
-def at_most_once_receiver(client: Client, address: str, credit: int = 10) -> ReceiverLink:
-    """A receiver link that asks the node to send everything settled."""
-    link = client.session.receiver(client._name("rcv"))
-    link.source.address = address
-    link.target.address = address
-    link.snd_settle_mode = Link.SND_SETTLED
-    w = ReceiverLink(client, link, auto_accept=False)
-    client._links[link.name] = w
-    link.open()
-    link.flow(credit)
-    client._write()
-    w.wait_attached()
-    return w
+from tests.support.clients import Client, at_most_once_receiver, make_message, random_bytes
+from tests.support.waiting import assert_stays
 
 
 def test_at_most_once_consumer_gets_presettled_and_producer_sees_accepted(node):

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from proton import symbol
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    MODIFIED,
-    REJECTED,
-    RELEASED,
-    Client,
-    assert_stays,
-)
+from tests.support.clients import ACCEPTED, MODIFIED, REJECTED, RELEASED, Client
+from tests.support.waiting import assert_stays
 
 
 def _pair(node, address: str):

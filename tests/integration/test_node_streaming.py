@@ -2,7 +2,8 @@
 
 from proton import Delivery
 
-from tests.integration.helpers import Client, make_message, random_bytes, wait_for
+from tests.support.clients import Client, make_message, random_bytes
+from tests.support.waiting import wait_for
 
 MB = 1024 * 1024
 

@@ -1,14 +1,20 @@
 """White-box: after links and connections go away, the node's internal tables hold nothing for them.
 
-The node logs its table sizes as one JSON line (`state {...}`) on SIGUSR1; these tests read it.
+The tables are read through management (tests/support/state.py); one test checks that SIGUSR1 still
+logs them as one JSON line (`state {...}`), as operators use it.
 """
 
+import json
+import os
+import signal
 
-from tests.integration.helpers import Client, make_message, wait_for
-from tests.system.meshkit import node_state  # other test modules import it from here too
+from tests.support.clients import Client, make_message
+from tests.support.resources import rss_bytes
+from tests.support.state import node_state
+from tests.support.waiting import wait_for
 
 
-def test_state_dump_reports_links_and_in_flight(node):
+def test_state_reports_links_and_in_flight(node):
     prod = Client(node.url)
     cons = Client(node.url)
     r = cons.receiver("balanced/tables", credit=5, auto_accept=False)
@@ -17,10 +23,36 @@ def test_state_dump_reports_links_and_in_flight(node):
     s.send(make_message("held"))
     r.wait_messages(1)
     st = node_state(node)
-    assert st["in_flight"] == 1
-    assert st["addresses"]["balanced/tables"]["consumers"] == 1
-    assert st["addresses"]["balanced/tables"]["producers"] == 1
-    assert st["links"] == 2
+    assert st.in_flight == 1
+    assert st.addresses["balanced/tables"]["consumers"] == 1
+    assert st.addresses["balanced/tables"]["producers"] == 1
+    assert st.links == 2
+
+
+def test_sigusr1_logs_the_state_line(node):
+    """SIGUSR1 makes the node log its tables, counters and mesh view as one `state {json}` line."""
+    prod = Client(node.url)
+    cons = Client(node.url)
+    r = cons.receiver("balanced/sigusr1", credit=5, auto_accept=False)
+    s = prod.sender("balanced/sigusr1")
+    s.wait_credit()
+    s.send(make_message("held"))
+    r.wait_messages(1)
+    os.kill(node.pid, signal.SIGUSR1)
+
+    def state_line() -> dict | None:
+        lines = [ln for ln in node.stderr_tail(4000).splitlines() if " state {" in ln]
+        try:                    # a long line may be read while the node is still writing it
+            return json.loads(lines[-1].split(" state ", 1)[1]) if lines else None
+        except json.JSONDecodeError:
+            return None
+
+    st = wait_for(state_line, what=f"a complete state line in the log of node {node.node_id}")
+    assert (st["node"], st["in_flight"], st["links"], st["connections"], st["streams"]) == ("A", 1, 2, 2, 0)
+    assert st["addresses"]["balanced/sigusr1"] == {"distribution": "balanced", "consumers": 1, "producers": 1,
+                                                   "ready": True, "remote": []}
+    assert st["mesh"] == {"neighbors": [], "reachable": [], "next_hops": {}, "costs": {}, "addresses": {}}
+    assert {"internal_connections", "counters"} <= set(st)
 
 
 def test_consumer_loss_leaves_no_entry_behind(node):
@@ -31,7 +63,7 @@ def test_consumer_loss_leaves_no_entry_behind(node):
     s.wait_credit()
     trackers = [s.send(make_message(f"m{i}")) for i in range(6)]
     r.wait_messages(3)                       # 3 on the wire and unsettled, 3 waiting for credit
-    assert node_state(node)["in_flight"] == 6
+    assert node_state(node).in_flight == 6
     cons.abort()                             # the consumer's connection vanishes
     for t in trackers:
         t.wait()
@@ -39,21 +71,19 @@ def test_consumer_loss_leaves_no_entry_behind(node):
     assert outcomes == ["MODIFIED"] * 3 + ["RELEASED"] * 3, outcomes
     assert not s.unsettled
     st = node_state(node)
-    assert st["in_flight"] == 0
-    assert st["addresses"]["balanced/loss-tables"]["consumers"] == 0
-    assert st["links"] == 1 and st["connections"] == 1
+    assert st.in_flight == 0
+    assert st.addresses["balanced/loss-tables"]["consumers"] == 0
+    assert st.links == 1 and st.connections == 1
     s.close()
     prod.close()
-    st = wait_for(lambda: (lambda x: x if x["connections"] == 0 else None)(node_state(node)),
+    st = wait_for(lambda: (lambda x: x if x.connections == 0 else None)(node_state(node)),
                   what="all connections gone")
-    assert st["addresses"] == {} and st["links"] == 0 and st["in_flight"] == 0 and st["streams"] == 0
+    assert st.addresses == {} and st.links == 0 and st.in_flight == 0 and st.streams == 0
 
 
 def test_link_churn_on_one_connection_does_not_grow_memory(node):
     """Attaching and detaching thousands of links on one long-lived connection frees each link
     (before the fix: ~3 KB per link, 15 MB per 5000 sender/receiver pairs)."""
-    from tests.integration.helpers import rss_bytes
-
     c = Client(node.url)
 
     def churn(n: int) -> None:
@@ -68,4 +98,4 @@ def test_link_churn_on_one_connection_does_not_grow_memory(node):
     churn(3000)
     grown = rss_bytes(node.pid) - before
     assert grown < 4 * 1024 * 1024, f"RSS grew {grown / 1e6:.1f} MB over 3000 link pairs"
-    assert node_state(node)["links"] == 0
+    assert node_state(node).links == 0

@@ -11,20 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import Client, make_message, pump_for, random_bytes
-from tests.system.meshkit import wait_until
-
-
-def records(directory: Path) -> list[dict]:
-    """Every record of the node's Parquet files (JSON Lines too, if any), as dicts."""
-    import pyarrow.parquet as pq
-
-    out = []
-    for f in sorted(directory.glob("*.parquet")):
-        out += pq.read_table(f).to_pylist()
-    for f in sorted(directory.glob("*.jsonl")):
-        out += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-    return out
+from tests.support.clients import Client, at_most_once_receiver, make_message, random_bytes
+from tests.support.telemetry import records
+from tests.support.waiting import pump_for, wait_until
 
 
 def run_traffic(node) -> None:
@@ -171,8 +160,6 @@ def test_streamed_held_and_handed_over_deliveries_get_one_record_each(node_facto
     """Multi-frame (streamed) messages, unicast and multicast, settled or not; small messages that
     wait while a stream goes to their consumer; deliveries handed over to an at-most-once consumer;
     a streamed message nobody can take."""
-    from tests.integration.test_node_settle_modes import at_most_once_receiver
-
     tdir = tmp_path / "telemetry"
     node = node_factory(extra={"telemetry": {"dir": str(tdir)}})
     mb = 1024 * 1024

@@ -1,139 +1,48 @@
-"""One four-node mesh with known traffic, shared by the tests of this directory.
+"""The four-node mesh with known traffic, made once for the tests of this directory.
 
-The mesh is a square with one expensive side, so that traffic from C to A crosses B::
-
-    A --1-- B
-    |       |
-    5       1
-    |       |
-    D --1-- C
-
-Shortest paths: C->A via B (2), D->A via C and B (3, not the direct 5), D->B via C (2).
-
-The traffic: a consumer on A (address ``closest/stat/work``) and a producer on C send 12 unsettled and
-3 pre-settled messages; the consumer accepts 6, rejects 2, releases 1, modifies 1 (after 1.2 s) and
-keeps 2 unsettled. A second producer on C (``closest/stat/idle``) never gets credit.
-
-Every ``meshrouter stat``/``mesh graph`` run happens inside the fixture while the clients are pumped
-(the autouse fixture of tests/conftest.py closes every client after the first test), and the tests
-check the recorded output. Counters of the node entity include the management traffic of the stat runs
-themselves (as in qdrouterd), so each node is read directly (never through the mesh) and the expected
-values add the cost of one ``stat -g`` run, measured by two runs without traffic in between.
+Its shape, the traffic plan and the CLI helpers are in tests/support/stat_mesh.py (see its docstring).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import DEFAULT_RULES, REPO_ROOT, _start_node, _stop
-from tests.integration import helpers
-from tests.integration.helpers import Client, pump, pump_for, wait_for
-from tests.system.meshkit import build, receiver, wait_address
-
-NAMES = ["A", "B", "C", "D"]
-EDGES = [("B", "A", 1), ("C", "B", 1), ("D", "C", 1), ("D", "A", 5)]
-WORK = "closest/stat/work"
-IDLE = "closest/stat/idle"
-UNSETTLED, PRESETTLED = 12, 3
-SENT = UNSETTLED + PRESETTLED
-ACCEPT, REJECT, RELEASE, MODIFY, HELD = 6, 2, 1, 1, 2
-STUCK_AFTER = 10.0
-CLI_TIMEOUT = 60.0
-
-
-def stat_args(*args: str) -> list[str]:
-    return [sys.executable, "-m", "router", "stat", *args]
-
-
-def run_all(commands: Sequence[Sequence[str]],
-            timeout: float = CLI_TIMEOUT) -> list[subprocess.CompletedProcess]:
-    """Run the commands at once, pumping the test clients until every one has exited."""
-    procs = [subprocess.Popen(list(c), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=REPO_ROOT, stdin=subprocess.DEVNULL) for c in commands]
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"commands still running after {timeout:g} s: {commands}")
-            pump(0.05)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    done = []
-    for c, p in zip(commands, procs, strict=True):
-        out, err = p.communicate(timeout=5)
-        done.append(subprocess.CompletedProcess(list(c), p.returncode, out, err))
-    return done
-
-
-def json_of(proc: subprocess.CompletedProcess) -> Any:
-    assert proc.returncode == 0, f"{proc.args[3:]} exited {proc.returncode}: {proc.stderr}"
-    assert proc.stderr == "", proc.stderr
-    return json.loads(proc.stdout)
-
-
-@dataclass
-class Observed:
-    """The mesh, and what the CLI printed at each step."""
-
-    nodes: dict
-    urls: dict[str, str]
-    general: list[dict[str, dict]] = field(default_factory=list)   # stat -g per node: S0, S1, S2
-    stuck: dict[str, dict] = field(default_factory=dict)           # stat -g after STUCK_AFTER s
-    runs: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
-    out_dir: Path | None = None
-    idle_seconds: tuple[float, float] = (0.0, 0.0)   # age of the idle producer before/after stuck-l-C
-
-    def json(self, name: str) -> Any:
-        return json_of(self.runs[name])
-
-    def delta(self, node_id: str, attr: str) -> int:
-        """The change of a node counter caused by the traffic (the stat runs' own cost taken out)."""
-        s0, s1, s2 = (g[node_id][attr] for g in self.general)
-        return (s2 - s1) - (s1 - s0)
+from tests.support.clients import Client
+from tests.support.meshes import build, wait_address
+from tests.support.nodes import NodeSet
+from tests.support.stat_mesh import (
+    ACCEPT,
+    EDGES,
+    IDLE,
+    MODIFY,
+    NAMES,
+    PRESETTLED,
+    REJECT,
+    RELEASE,
+    SENT,
+    STUCK_AFTER,
+    UNSETTLED,
+    WORK,
+    Observed,
+    general,
+    run_all,
+    stat_args,
+)
+from tests.support.waiting import close_all, pump_for, wait_for
 
 
 @pytest.fixture(scope="package")
 def package_node_factory(tmp_path_factory):
     """Like tests/conftest.py's node_factory, for one package: nodes stopped (and checked) at the end."""
-    tmp = tmp_path_factory.mktemp("mesh")
-    nodes = []
-
-    def factory(node_id: str = "A", *, link_capacity: int = 250, idle_timeout: float = 16,
-                rules=DEFAULT_RULES, default_distribution: str = "balanced", log_level: str = "info",
-                extra: dict | None = None):
-        n = _start_node(tmp, len(nodes), node_id, rules, default_distribution, link_capacity,
-                        idle_timeout, log_level, extra)
-        nodes.append(n)
-        return n
-
-    yield factory
-    helpers.close_all()
-    problems = [p for n in nodes for p in _stop(n)]
-    if problems:
-        tails = "\n".join(f"--- node {n.node_id} stderr tail:\n{n.stderr_tail()}" for n in nodes)
-        pytest.fail("; ".join(problems) + "\n" + tails, pytrace=False)
-
-
-def _general(urls: dict[str, str]) -> dict[str, dict]:
-    """``stat -g --json`` of every node, each read directly."""
-    runs = run_all([stat_args("-b", urls[n], "-g", "--json") for n in NAMES])
-    out = {}
-    for n, proc in zip(NAMES, runs, strict=True):
-        data = json_of(proc)
-        assert list(data) == [n], data
-        out[n] = data[n]
-    return out
+    nodes = NodeSet(tmp_path_factory.mktemp("mesh"))
+    yield nodes.start
+    close_all()
+    failure = nodes.stop_all()
+    if failure:
+        pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture(scope="package")
@@ -141,12 +50,12 @@ def observed(package_node_factory, tmp_path_factory) -> Observed:
     nodes = build(package_node_factory, NAMES, EDGES)
     urls = {n: nodes[n].url for n in NAMES}
     obs = Observed(nodes, urls, out_dir=tmp_path_factory.mktemp("graph"))
-    obs.general.append(_general(urls))
-    obs.general.append(_general(urls))
-
     consumer = Client(urls["A"], container_id="stat-consumer")
-    rx = receiver(consumer, WORK, credit=SENT + 5, auto_accept=False)
+    rx = consumer.receiver(WORK, credit=SENT + 5, auto_accept=False)
     wait_address(nodes.values(), WORK, ["A"])
+    obs.general.append(general(urls))
+    obs.general.append(general(urls))
+
     producer = Client(urls["C"], container_id="stat-producer")
     tx = producer.sender(WORK)
     tx.wait_credit(SENT)
@@ -167,7 +76,7 @@ def observed(package_node_factory, tmp_path_factory) -> Observed:
              what=lambda: f"{settled} outcomes at the producer: {trackers[:UNSETTLED]}")
     pump_for(0.3)                                       # let the last dispositions reach every node
 
-    obs.general.append(_general(urls))
+    obs.general.append(general(urls))
     names = []
     commands = []
     for n in NAMES:
@@ -196,7 +105,7 @@ def observed(package_node_factory, tmp_path_factory) -> Observed:
                                       "--out", str(obs.out_dir / "bus")]])[0]
 
     pump_for(max(0.0, STUCK_AFTER + 0.5 - (time.monotonic() - held_since)))
-    obs.stuck = _general(urls)
+    obs.stuck = general(urls)
     before = time.monotonic() - idle_since
     obs.runs["stuck-l-C"] = run_all([stat_args("-b", urls["C"], "-l", "--json")])[0]
     obs.idle_seconds = (before, time.monotonic() - idle_since)

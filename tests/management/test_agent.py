@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from tests.integration.helpers import Client, make_message, pump_for
-from tests.management.agentkit import Requester
-from tests.system import meshkit
+from tests.support.clients import Client, make_message
+from tests.support.management import Requester
+from tests.support.meshes import build, wait_address
+from tests.support.waiting import pump_for
 
 ADDR = "balanced/mgmt/q"
 
@@ -190,14 +191,14 @@ def test_binary_map_keys_are_answered_and_malformed_encodings_rejected(node_fact
 @pytest.fixture
 def chain(node_factory):
     """A - B - C, C dials B, B dials A."""
-    return meshkit.build(node_factory, ["A", "B", "C"], [("B", "A", 1), ("C", "B", 2)])
+    return build(node_factory, ["A", "B", "C"], [("B", "A", 1), ("C", "B", 2)])
 
 
 def test_mesh_counters_and_router_nodes_read_through_one_connection(chain):
     a, c_node = chain["A"], chain["C"]
     consumer = Client(c_node.url)
     rcv = consumer.receiver("balanced/mgmt/far", credit=50)
-    meshkit.wait_address(chain.values(), "balanced/mgmt/far", ["C"])
+    wait_address(chain.values(), "balanced/mgmt/far", ["C"])
     producer = Client(a.url)
     m = Requester(producer)
     before = {name: m.node(name) for name in "ABC"}

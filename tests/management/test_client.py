@@ -17,7 +17,7 @@ from router.management.client import (
     ManagementUnavailable,
     agent_address,
 )
-from tests.management.conftest import NAMES
+from tests.support.stat_mesh import NAMES
 
 SPEC_TYPES = {"node", "connection", "link", "address", "router-node", "broker", "listener"}
 

@@ -4,24 +4,17 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 
 from router.logs import LogOnce
-from tests.integration.helpers import Client, pump_for
+from tests.support.clients import Client
+from tests.support.ports import free_port
+from tests.support.waiting import pump_for
 
 LINE_RE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
 
 
-def _dead_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_unreachable_peer_is_logged_once_not_every_retry(node_factory):
-    n = node_factory("A", extra={"connectors": [{"host": "127.0.0.1", "port": _dead_port()}],
+    n = node_factory("A", extra={"connectors": [{"host": "127.0.0.1", "port": free_port()}],
                                  "router": {"hello_interval": 0.2, "hello_max_age": 0.6}})
     pump_for(3.0)           # retries every 0.1 s doubling to 5 s: 5 or more attempts
     text = n.stderr_tail(1000)

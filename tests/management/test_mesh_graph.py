@@ -23,8 +23,8 @@ import pytest
 
 from router.meshctl.graph import MeshState, NodeState, build_graph, parse_link_state, served_addresses
 from router.meshctl.graphplot import served_label
-from tests.integration.test_meshctl import mesh, pid_running, up  # noqa: F401  (mesh is a fixture)
-from tests.management.conftest import EDGES, NAMES, WORK
+from tests.support.meshctl import pid_running, up
+from tests.support.stat_mesh import EDGES, NAMES, WORK
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -119,8 +119,8 @@ def test_graph_of_the_mesh_seen_from_one_node(observed):
 # -------------------------------------------------------------------------------------- TOPOLOGY
 
 
-def test_graph_of_a_topology_before_and_after_a_node_is_killed(mesh, tmp_path):  # noqa: F811
-    m = mesh("four-node")
+def test_graph_of_a_topology_before_and_after_a_node_is_killed(meshctl, tmp_path):
+    m = meshctl("four-node")
     up(m)
     run = [str(m.topology), "--dir", str(m.run_dir), "--out"]
     proc = subprocess.run(graph_args(*run, str(tmp_path / "whole")), capture_output=True, text=True,

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.helpers import Client, pump_for
-from tests.management.agentkit import Requester
-
-METRICS_RE = re.compile(r"^listening: role=metrics url=(?P<url>http://\S+)$")
+from tests.support.clients import Client
+from tests.support.management import Requester
+from tests.support.ports import metrics_url
+from tests.support.waiting import pump_for
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -24,17 +23,9 @@ def _scrape(url: str) -> dict[tuple[str, tuple], float]:
     return out
 
 
-def _metrics_url(node) -> str:
-    for line in node.stdout_lines:
-        m = METRICS_RE.match(line)
-        if m:
-            return m["url"]
-    raise AssertionError(f"no metrics listening line in {node.stdout_lines}")
-
-
 def test_metrics_match_known_traffic(node_factory):
     n = node_factory("A", extra={"metrics": {"host": "127.0.0.1", "port": 0}})
-    url = _metrics_url(n)
+    url = metrics_url(n)
     c = Client(n.url)
     rcv = c.receiver("balanced/metrics/q", credit=100, auto_accept=False)
     snd = c.sender("balanced/metrics/q")

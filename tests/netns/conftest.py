@@ -1,9 +1,9 @@
-"""Fixtures of the network-fault tests: a :class:`~tests.netns.netkit.NetLab`, or why there is none.
+"""Fixtures of the network-fault tests: a :class:`tests.support.netlab.NetLab`, or why there is none.
 
 ``netlab`` yields a lab (namespaces are created by the test through it) and at teardown closes the
 clients, stops every node with SIGTERM (the test fails if one died, hangs or exits non-zero, as with
 node_factory) and deletes the namespaces. Where namespaces cannot be created it yields None and the
-tests fall back to a TCP proxy, printing why.
+tests fall back to a TCP proxy (``proxy_factory`` of tests/conftest.py), printing why.
 """
 
 from __future__ import annotations
@@ -12,18 +12,9 @@ import warnings
 
 import pytest
 
-from tests.conftest import _stop
-from tests.integration import helpers
-from tests.netns.netkit import NetLab, netns_unavailable
-from tests.system.conftest import proxy_factory  # noqa: F401  (the fallback)
-
-_REASON: list[str | None] = []
-
-
-def namespaces_unavailable() -> str | None:
-    if not _REASON:
-        _REASON.append(netns_unavailable())
-    return _REASON[0]
+from tests.support.netlab import NetLab, namespaces_unavailable
+from tests.support.nodes import stop_all
+from tests.support.waiting import close_all
 
 
 @pytest.fixture
@@ -40,10 +31,8 @@ def netlab(request, tmp_path):
     try:
         yield lab
     finally:
-        helpers.close_all()
-        problems = []
-        for n in lab.nodes:
-            problems += _stop(n)
+        close_all()
+        failure = stop_all(lab.nodes)
         lab.destroy()
-        if problems:
-            pytest.fail("; ".join(problems), pytrace=False)
+        if failure:
+            pytest.fail(failure, pytrace=False)

@@ -1,8 +1,8 @@
 """Real network faults between nodes running as separate hosts (network namespaces + veth links).
 
 Triangle A, B, C (every link cost 1; B and C dial A, C dials B), each node in its own namespace and
-each link its own veth pair (tests/netns/netkit.py). A producer on A streams to a consumer on B with
-the message audit of tests/system/meshkit.AuditStream; then the A-B link fails:
+each link its own veth pair (tests/support/netlab.py). A producer on A streams to a consumer on B with
+the message audit of tests/support/traffic.AuditStream; then the A-B link fails:
 
 * ``link down``: ``ip link set down`` on both ends (the kernel drops everything, nothing is closed);
 * ``packets dropped``: a tbf qdisc that drops every packet while the interfaces stay up;
@@ -25,23 +25,13 @@ import time
 
 import pytest
 
-from tests.integration.helpers import Client
-from tests.netns.conftest import namespaces_unavailable
-from tests.netns.netkit import qdisc_available
-from tests.system.meshkit import (
-    AuditStream,
-    RssSampler,
-    blackhole,
-    build,
-    converged,
-    mesh_view,
-    node_state,
-    receiver,
-    release_blackhole,
-    views,
-    wait_address,
-    wait_until,
-)
+from tests.support.clients import Client
+from tests.support.meshes import build, views, wait_address, wait_converged
+from tests.support.netlab import namespaces_unavailable, qdisc_available
+from tests.support.resources import RssSampler
+from tests.support.state import mesh_view, node_state
+from tests.support.traffic import AuditStream
+from tests.support.waiting import wait_until
 
 ADDR = "svc/netfault"
 HOSTS = ("A", "B", "C")
@@ -77,13 +67,12 @@ class Mesh:
                                wait=False, hello=0.5, hello_max_age=2.0, idle_timeout=idle_timeout)
             self.how = f"a TCP proxy on 127.0.0.1 ({namespaces_unavailable()})"
         print(f"A-B link via {self.how}")
-        wait_until(lambda: converged(self.nodes.values()), 20,
-                   lambda: "convergence: " + views(self.nodes.values()))
+        wait_converged(self.nodes.values(), 20)
 
     def cut(self, how: str) -> None:
         if self.lab is None:
             print(f"fault '{how}' as a blackholed TCP proxy")
-            blackhole(self.proxy)
+            self.proxy.blackhole()
         elif how == "link down":
             self.lab.link_down("A", "B")
         else:
@@ -91,7 +80,7 @@ class Mesh:
 
     def heal(self, how: str) -> None:
         if self.lab is None:
-            release_blackhole(self.proxy)
+            self.proxy.release()
         elif how == "link down":
             self.lab.link_up("A", "B")
         else:
@@ -100,7 +89,7 @@ class Mesh:
 
 def _stream(mesh: Mesh, **kw) -> tuple[AuditStream, object]:
     a, b = mesh.nodes["A"], mesh.nodes["B"]
-    rx = receiver(Client(b.url), ADDR, credit_window=300)
+    rx = Client(b.url).receiver(ADDR, credit_window=300)
     wait_address(mesh.nodes.values(), ADDR, ["B"])
     tx = Client(a.url).sender(ADDR)
     tx.wait_credit()
@@ -111,12 +100,12 @@ def _stream(mesh: Mesh, **kw) -> tuple[AuditStream, object]:
 def test_cut_link_reroutes_and_heals(netlab, node_factory, proxy_factory, how):
     mesh = Mesh(netlab, node_factory, proxy_factory)
     a, b = mesh.nodes["A"], mesh.nodes["B"]
-    assert mesh_view(a)["next_hops"]["B"] == "B"
+    assert mesh_view(a).next_hops["B"] == "B"
     stream, rx = _stream(mesh, total=2500, window=100, rate=300, tag="a-to-b")
     wait_until(lambda: stream.poll() and len(rx.received) >= 300, 15, "traffic before the fault")
     mesh.cut(how)
     t0 = time.monotonic()
-    wait_until(lambda: stream.poll() and mesh_view(a)["next_hops"].get("B") == "C", 8,
+    wait_until(lambda: stream.poll() and mesh_view(a).next_hops.get("B") == "C", 8,
                lambda: f"A rerouting B through C after '{how}': " + views(mesh.nodes.values()))
     rerouted = time.monotonic() - t0
     wait_until(stream.poll_until_done, 60, lambda: f"every message accepted: {stream.summary()}")
@@ -125,10 +114,10 @@ def test_cut_link_reroutes_and_heals(netlab, node_factory, proxy_factory, how):
     assert stream.outcomes().get("MODIFIED", 0) + stream.outcomes().get("RELEASED", 0) > 0, \
         "the fault caught no delivery in flight"
     for n in mesh.nodes.values():
-        wait_until(lambda n=n: node_state(n)["in_flight"] == 0, 5, f"{n.node_id} holding no deliveries")
+        wait_until(lambda n=n: node_state(n).in_flight == 0, 5, f"{n.node_id} holding no deliveries")
 
     mesh.heal(how)
-    wait_until(lambda: mesh_view(a)["next_hops"].get("B") == "B", 30,
+    wait_until(lambda: mesh_view(a).next_hops.get("B") == "B", 30,
                lambda: "A back on the direct link: " + views(mesh.nodes.values()))
     after = AuditStream(stream.sender, stream.receivers, total=200, window=50, tag="after")
     wait_until(after.poll_until_done, 15, lambda: f"traffic after the link returned: {after.summary()}")
@@ -179,4 +168,4 @@ def test_delay_and_loss_with_netem(netlab, node_factory, proxy_factory):
     stream, rx = _stream(mesh, total=1000, window=100, rate=200, tag="netem")
     wait_until(stream.poll_until_done, 60, lambda: f"every message accepted: {stream.summary()}")
     print(stream.audit(in_order=True))
-    assert mesh_view(mesh.nodes["A"])["next_hops"]["B"] == "B"
+    assert mesh_view(mesh.nodes["A"]).next_hops["B"] == "B"

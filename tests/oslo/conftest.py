@@ -4,8 +4,8 @@ talking through a four-node mesh of real node processes.
 The mesh is topologies/four-node.yaml on ports picked by the system: A-B, C-D, A-C, B-D, A-D, B-C,
 every link cost 1, HELLO every 0.2 s. Nodes are started with the ``node_factory`` fixture of
 tests/conftest.py (it stops them at teardown, fails the test if one died, and attaches each node's
-stderr tail to a failed test's report), the way tests/integration/test_mesh_control.py's ``start()``
-does, plus the address rules shipped in config/node.yaml (the ``openstack.org/om`` ones among them).
+stderr tail to a failed test's report) by tests/support/meshes.py's ``build()``, with the address
+rules shipped in config/node.yaml (the ``openstack.org/om`` ones among them).
 
 ``oslo`` (fixture) makes transports, servers, clients, notifiers, listeners and server subprocesses and
 tears them all down after the test, then checks that no thread they started is left behind.
@@ -36,17 +36,19 @@ om = pytest.importorskip("oslo_messaging", reason="oslo tests need the test extr
 # tests' filterwarnings marks if that happened inside a test: import it now, during collection.
 pytest.importorskip("oslo_messaging._drivers.impl_amqp1")
 
-from tests.gateway.conftest import (  # noqa: E402
-    RABBIT_HOST,
-    RABBIT_PORT,
-    RABBIT_URL,
-    Broker,
-    gateway_config,
-    rabbit_reachable,
+from tests.support.meshes import build  # noqa: E402
+from tests.support.nodes import REPO_ROOT  # noqa: E402
+from tests.support.oslo import (  # noqa: E402
+    MESH_EDGES,
+    MESH_NODES,
+    make_conf,
+    mesh_rules,
+    notify_address,
+    transport_url,
 )
-from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view  # noqa: E402
-from tests.oslo.oslomesh import NODES, REPO_ROOT, start, wait_until  # noqa: E402
-from tests.oslo.osloutil import make_conf, notify_address, transport_url  # noqa: E402
+from tests.support.rabbit import RABBIT_URL, Broker, gateway_config, require_rabbit  # noqa: E402
+from tests.support.state import mesh_view  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -90,9 +92,7 @@ def rabbit(request):
     """:class:`RabbitNotifications` for a test marked ``rabbit_gateway``. Requested (through
     ``mesh_brokers``) before ``node_factory``, so its teardown runs after the nodes have stopped: a
     running gateway would declare the queues again."""
-    if not rabbit_reachable():
-        pytest.fail(f"RabbitMQ is not reachable on {RABBIT_HOST}:{RABBIT_PORT}: run "
-                    "scripts/ensure-rabbitmq.sh (make test does) or `rabbitmq-server -detached`")
+    require_rabbit()
     mark = request.node.get_closest_marker("rabbit_gateway")
     rn = RabbitNotifications(**({"priorities": tuple(mark.kwargs["priorities"])}
                                 if mark is not None and "priorities" in mark.kwargs else {}))
@@ -116,14 +116,10 @@ def mesh_brokers(request) -> dict:
 @pytest.fixture
 def mesh(mesh_brokers, node_factory) -> dict:
     """The four nodes, converged, every pair at cost 1. Returns {node id: NodeProcess}."""
-    nodes: dict = {}
-    for node_id, (listen, dials) in NODES.items():
-        nodes[node_id] = start(node_factory, node_id, listen=listen,
-                               connect=[inter_router_port(nodes[d]) for d in dials],
-                               sections=mesh_brokers.get(node_id))
-    wait_until(lambda: converged(list(nodes.values())), 10.0, "the four nodes reaching each other")
+    nodes = build(node_factory, MESH_NODES, MESH_EDGES, rules=mesh_rules(), sections=mesh_brokers,
+                  timeout=10.0)
     for n in nodes.values():
-        assert mesh_view(n)["costs"] == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
+        assert mesh_view(n).costs == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
     return nodes
 
 

@@ -17,7 +17,7 @@ warnings.simplefilter("ignore", DeprecationWarning)
 
 import oslo_messaging as om  # noqa: E402
 
-from tests.oslo.osloutil import EchoEndpoint, make_conf  # noqa: E402
+from tests.support.oslo import EchoEndpoint, make_conf  # noqa: E402
 
 
 def main() -> int:

@@ -15,18 +15,15 @@ import time
 import oslo_messaging as om
 import pytest
 
-from tests.integration.test_node_tables import node_state
-from tests.oslo.oslomesh import wait_address, wait_until
-from tests.oslo.osloutil import notify_address
+from tests.support.meshes import wait_address
+from tests.support.oslo import notify_address
+from tests.support.state import gateway_connected, gateway_state
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.timeout(30),
     pytest.mark.filterwarnings("ignore:Using class:DeprecationWarning"),
 ]
-
-
-def gateway_state(node, broker: str = "rabbit") -> dict:
-    return node_state(node)["gateway"][broker]
 
 
 class NotifyEndpoint:
@@ -146,7 +143,7 @@ def test_notifications_sent_while_no_listener_runs_are_delivered_once_one_starts
     link and feed the queue to B."""
     topic, addr = rabbit.topic, rabbit.addresses["info"]
     a = mesh["A"]
-    wait_until(lambda: gateway_state(a)["connected"], 10, "the gateway on A connected to RabbitMQ")
+    wait_until(lambda: gateway_connected(a), 10, "the gateway on A connected to RabbitMQ")
     wait_address(mesh.values(), addr, ["A"])              # the gateway's consumer link, seen everywhere
     notifier = oslo.notifier(mesh["C"], topic, "svc.c")
     n = 20
@@ -169,7 +166,7 @@ def test_notifications_sent_while_no_listener_runs_are_delivered_once_one_starts
     time.sleep(0.5)                                       # a duplicate would show up by now
     assert ep.drain() == []
     st = gateway_state(a)
-    assert (st["published"], st["consumed"], st["acked"], st["requeued"], st["dead_lettered"]) \
+    assert (st["published"], st["consumed"], st["acked"], st["requeued"], st["deadLettered"]) \
         == (n, n, n, 0, 0), st
 
     # with the listener up, a new notification is routed straight to it (not through the broker)

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import oslo_messaging as om
 import pytest
 
-from tests.integration.test_mesh_control import mesh_view
-from tests.integration.test_node_tables import node_state
-from tests.oslo.oslomesh import wait_address, wait_until
-from tests.oslo.osloutil import EchoEndpoint, rpc_addresses
+from tests.support.meshes import wait_address
+from tests.support.oslo import EchoEndpoint, rpc_addresses
+from tests.support.state import mesh_view, node_state
+from tests.support.waiting import wait_until
 
 # The driver rounds every deadline up to a whole second of time.monotonic() (amqp1_driver/eventloop.py
 # compute_timeout), so a call with timeout T fails between T and T + 1 s: allow that plus scheduling.
@@ -66,9 +66,9 @@ def test_driver_picks_routable_addresses_from_the_product_property(mesh, oslo):
     props = ctrl._socket_connection.pyngus_conn.remote_properties
     assert props.get("product") == "meshrouter", props
     assert type(ctrl.addresser).__name__ == "RoutableAddresser"
-    known = {k for k in mesh_view(mesh["C"])["addresses"] if topic in k}
+    known = {k for k in mesh_view(mesh["C"]).addresses if topic in k}
     assert known == set(addrs.values()), f"not (only) routable addresses: {sorted(known)}"
-    table = node_state(mesh["A"])["addresses"]
+    table = node_state(mesh["A"]).addresses
     assert {kind: table[a]["distribution"] for kind, a in addrs.items()} == \
         {"anycast": "balanced", "unicast": "closest", "multicast": "multicast"}
 
@@ -143,11 +143,11 @@ def test_call_without_server_times_out_in_time_and_nothing_is_buffered(mesh, osl
     client = oslo.rpc_client(mesh["C"], topic, timeout=timeout)
     th, out = in_thread(client.call, {}, "echo", text="lost")
     # while the call waits: C holds the driver's sender link with no credit and nothing in flight
-    st = wait_until(lambda: (lambda s: s if s["addresses"].get(addr, {}).get("producers") else None)(
+    st = wait_until(lambda: (lambda s: s if s.addresses.get(addr, {}).get("producers") else None)(
         node_state(mesh["C"])), timeout - 1, f"the caller's sender link for {addr} at C")
-    assert st["addresses"][addr] == {"distribution": "balanced", "consumers": 0, "producers": 1,
-                                     "ready": False, "remote": []}, st["addresses"][addr]
-    assert st["in_flight"] == 0
+    assert st.addresses[addr] == {"distribution": "balanced", "consumers": 0, "producers": 1,
+                                  "ready": False, "remote": []}, st.addresses[addr]
+    assert st.in_flight == 0
     th.join(timeout + 5)
     assert not th.is_alive(), "the call hangs past its timeout"
     assert isinstance(out.get("exc"), om.MessagingTimeout), out
@@ -168,7 +168,7 @@ def test_exception_raised_by_the_server_reaches_the_caller(mesh, oslo):
     client = oslo.rpc_client(mesh["D"], topic, timeout=10)
     with pytest.raises(ValueError, match="boom from srvA: bad input") as ei:
         client.call({}, "fail", text="bad input")
-    assert "Traceback" in str(ei.value) and "osloutil.py" in str(ei.value), \
+    assert "Traceback" in str(ei.value) and "support/oslo.py" in str(ei.value), \
         f"no remote traceback: {ei.value}"                     # rebuilt from the server's failure
     with pytest.raises(om.MessagingException):                  # unknown method: the dispatcher's error
         client.call({}, "no_such_method")

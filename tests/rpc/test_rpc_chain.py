@@ -1,4 +1,4 @@
-"""router.rpc across the 3-node chain A <- B <- C (tests/integration/test_mesh_control.py's ``chain``):
+"""router.rpc across the 3-node chain A <- B <- C (tests/support/meshes.py's ``chain``):
 callers on C, servers on A (two inter-router hops) unless said otherwise."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from router.rpc import Notifier, Reply, RpcException, RpcTimeout, RpcUndeliverable
-from tests.integration.helpers import wait_for
-from tests.integration.test_mesh_control import mesh_view
-from tests.rpc.conftest import REPO_ROOT, TIMEOUT
+from tests.support.nodes import REPO_ROOT
+from tests.support.rpc import TIMEOUT
+from tests.support.state import mesh_view
+from tests.support.waiting import wait_for
 
 SLACK = 3.0
 
@@ -42,7 +43,7 @@ def test_fanout_reaches_a_server_on_every_node(chain3, rpc):
         got[n.node_id] = []
         bucket = got[n.node_id]
         rpc.server(n.url, "multicast/chain/fan", lambda body, props, bucket=bucket: bucket.append(body))
-    wait_for(lambda: sorted(mesh_view(nodes[2])["addresses"].get("multicast/chain/fan", [])) == ["A", "B"],
+    wait_for(lambda: sorted(mesh_view(nodes[2]).addresses.get("multicast/chain/fan", [])) == ["A", "B"],
              what="fanout address known at C from A and B")
     client = rpc.client(nodes[2].url)
     client.fanout("multicast/chain/fan", "everyone")
@@ -164,7 +165,7 @@ def test_released_request_is_retried_to_another_server(chain3, rpc):
 
     rpc.server(a.url, "balanced/chain/retry", requeue)
     rpc.server(b.url, "balanced/chain/retry", served_by("B"))
-    wait_for(lambda: sorted(mesh_view(c)["addresses"].get("balanced/chain/retry", [])) == ["A", "B"],
+    wait_for(lambda: sorted(mesh_view(c).addresses.get("balanced/chain/retry", [])) == ["A", "B"],
              what="both servers known at C")
     client = rpc.client(c.url)
     for i in range(4):

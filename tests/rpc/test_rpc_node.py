@@ -21,9 +21,10 @@ from router.rpc import (
     RpcUndeliverable,
     addresses,
 )
-from tests.integration.helpers import DYNAMIC_ADDRESS_RE, wait_for
-from tests.integration.test_node_tables import node_state
-from tests.rpc.conftest import TIMEOUT
+from tests.support.clients import DYNAMIC_ADDRESS_RE, Client, make_message
+from tests.support.rpc import TIMEOUT
+from tests.support.state import node_state
+from tests.support.waiting import wait_for
 
 SLACK = 3.0   # seconds a deadline may be overshot on a loaded machine
 
@@ -138,7 +139,7 @@ def test_call_without_server_times_out_and_nothing_stays_buffered(rpc_node, rpc)
     assert 1.4 <= elapsed < 1.5 + SLACK
     stats = client.stats()
     assert stats["queued"] == 0 and stats["unsettled"] == 0 and stats["waiting"] == 0
-    assert node_state(rpc_node)["in_flight"] == 0
+    assert node_state(rpc_node).in_flight == 0
     # a server arriving later gets nothing stale, and the next call works
     seen = []
     rpc.server(rpc_node.url, "balanced/nobody", lambda body, props: seen.append(body) or "here")
@@ -212,8 +213,6 @@ def test_reply_credit_is_refilled(rpc_node, rpc):
 
 def test_released_first_delivery_is_retried(rpc_node, rpc):
     """A consumer that releases the first delivery: the caller re-sends and the call succeeds."""
-    from tests.integration.helpers import Client, make_message
-
     raw = Client(rpc_node.url)
     requests = raw.receiver("balanced/picky", credit=5, auto_accept=False)
     replies = raw.sender(None)
@@ -247,8 +246,6 @@ def test_requeue_from_a_handler_is_retried(rpc_node, rpc):
 
 
 def test_modified_delivery_failed_is_not_resent_unless_asked(rpc_node, rpc):
-    from tests.integration.helpers import Client, make_message
-
     raw = Client(rpc_node.url)
     requests = raw.receiver("balanced/modify", credit=5, auto_accept=False)
     replies = raw.sender(None)
@@ -273,8 +270,6 @@ def test_modified_delivery_failed_is_not_resent_unless_asked(rpc_node, rpc):
 
 
 def test_rejected_request_raises_undeliverable(rpc_node, rpc):
-    from tests.integration.helpers import Client
-
     raw = Client(rpc_node.url)
     requests = raw.receiver("balanced/reject", credit=5, auto_accept=False)
     client = rpc.client(rpc_node.url)

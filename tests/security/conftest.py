@@ -7,29 +7,18 @@ returns ``(node, urls)`` where ``urls[i]`` is the URL of ``listeners[i]`` (amqps
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
-from tests.security.pki import Pki, make_pki
-
-LISTENING = re.compile(r"^listening: role=(?P<role>\S+) url=(?P<url>amqps?://\S+)$")
-USERS = {"alice": "wonderland", "bob": "b0b-pw"}
+from tests.support.pki import Pki, make_pki
+from tests.support.ports import listener_urls
+from tests.support.security import USERS, set_password
 
 
 @pytest.fixture(scope="session")
 def pki(tmp_path_factory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-def set_password(path: Path, user: str, password: str) -> None:
-    """`meshrouter passwd PATH USER` with the password on stdin."""
-    subprocess.run([sys.executable, "-m", "router", "passwd", str(path), user], input=password + "\n",
-                   text=True, check=True, capture_output=True, cwd=REPO_ROOT)
 
 
 @pytest.fixture(scope="session")
@@ -38,12 +27,6 @@ def users_file(tmp_path_factory) -> Path:
     for user, password in USERS.items():
         set_password(path, user, password)
     return path
-
-
-def listener_urls(node) -> list[str]:
-    """URLs of the node's AMQP listeners, in config order."""
-    return [m["url"] for line in node.stdout_lines
-            if (m := LISTENING.match(line)) and m["role"] in ("normal", "inter-router")]
 
 
 @pytest.fixture

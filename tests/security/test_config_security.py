@@ -20,7 +20,7 @@ from router.config import (
     load_config,
     parse_config,
 )
-from tests.conftest import REPO_ROOT
+from tests.support.nodes import REPO_ROOT
 
 BASE: dict[str, Any] = {"node": {"id": "A"}, "listeners": [{"host": "127.0.0.1", "port": 0}]}
 

@@ -7,18 +7,10 @@ import time
 import pytest
 from proton import Message
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    BEGIN,
-    CLOSE,
-    DISPOSITION,
-    FLOW,
-    REJECTED,
-    Client,
-    RawConn,
-    wait_for,
-)
-from tests.management.agentkit import Requester
+from tests.support.clients import ACCEPTED, REJECTED, Client
+from tests.support.management import Requester
+from tests.support.raw_amqp import BEGIN, CLOSE, DISPOSITION, FLOW, RawConn
+from tests.support.waiting import wait_for
 
 LIMIT_NAME = "amqp:resource-limit-exceeded"
 SIZE_NAME = "amqp:link:message-size-exceeded"
@@ -200,7 +192,6 @@ def test_listener_idle_timeout(secure_node):
 def test_listener_without_heartbeats(secure_node):
     node, (url,) = secure_node([{"idle_timeout": 0}], idle_timeout=2)
     assert RawConn(url).open().field(4) is None
-
 
 
 def test_security_settings_and_connection_counts_visible_in_management(secure_node, pki, users_file):

@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
-from tests.security.conftest import USERS
+from tests.support.nodes import REPO_ROOT
+from tests.support.security import USERS
 
 
 def _by_name(url: str) -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.helpers import Client
-from tests.management.agentkit import Requester
-from tests.system.meshkit import HELLO, converged, mesh_view, views, wait_address, wait_until
+from tests.support.clients import Client
+from tests.support.management import Requester
+from tests.support.meshes import HELLO, views, wait_address, wait_converged
+from tests.support.state import mesh_view
 
 ROUTER = {"hello_interval": HELLO, "hello_max_age": HELLO * 3, "ra_interval_flux": 1.0}
 
@@ -31,7 +32,7 @@ def test_mutual_tls_mesh_routes_a_message(secure_node, node_factory, pki):
     b, port = _listening_node(secure_node, pki, pki.node_b)
     a = _dialing_node(node_factory, "A", port, {"ca": pki.ca, "cert": pki.node_a.cert, "key": pki.node_a.key,
                                                 "peer_name": "localhost"})
-    wait_until(lambda: converged([a, b]), 15, lambda: "convergence: " + views([a, b]))
+    wait_converged([a, b], 15)
     consumer = Client(b.url).receiver("closest/mtls", credit=5)
     wait_address([a, b], "closest/mtls", ["B"])
     snd = Client(a.url).sender("closest/mtls")
@@ -47,7 +48,7 @@ def test_mutual_tls_mesh_routes_a_message(secure_node, node_factory, pki):
 def _never_joins(a, b, seconds: float = 2.5) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        assert "A" not in mesh_view(b)["reachable"], views([a, b])
+        assert "A" not in mesh_view(b).reachable, views([a, b])
         time.sleep(0.25)
 
 

@@ -10,8 +10,9 @@ import subprocess
 import pytest
 from proton import Data, Described, symbol, ulong
 
-from tests.security.clients import client_tls, connect, refused
-from tests.security.conftest import USERS, set_password
+from tests.support.clients import Client
+from tests.support.management import Requester
+from tests.support.security import USERS, client_tls, connect, refused, set_password
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 SASL_MECHANISMS, SASL_INIT, SASL_OUTCOME = 0x40, 0x41, 0x44
@@ -151,9 +152,6 @@ def test_proxy_authorization_refused(secure_node, users_file):
 # ---- EXTERNAL -----------------------------------------------------------------------------------------
 
 def test_external_gives_the_certificate_subject(secure_node, pki):
-    from tests.integration.helpers import Client
-    from tests.management.agentkit import Requester
-
     node, (url,) = secure_node([{"tls": _tls(pki, ca=pki.ca, require_client_cert=True),
                                  "sasl": {"mechanisms": ["EXTERNAL"]}}])
     c = connect(url, tls=client_tls(pki.ca, pki.client.cert, pki.client.key), mechs="EXTERNAL")

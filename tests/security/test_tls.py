@@ -5,9 +5,9 @@ from __future__ import annotations
 from proton import Message
 from proton.reactor import AtMostOnce
 
-from tests.integration.helpers import Client
-from tests.management.agentkit import Requester
-from tests.security.clients import client_tls, connect, refused
+from tests.support.clients import Client
+from tests.support.management import Requester
+from tests.support.security import client_tls, connect, refused
 
 
 def _tls(pki, **kw) -> dict:

@@ -17,7 +17,7 @@ from router.security.users import (
     load_users,
     parse_users,
 )
-from tests.conftest import REPO_ROOT
+from tests.support.nodes import REPO_ROOT
 
 
 def passwd(*args: str, stdin: str = "") -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.linkstate.mobile import HINT_CLOSEST, HINT_MULTICAST
-from tests.sim.harness import SimNetwork, build, random_mesh
+from tests.support.linkstate_sim import SimNetwork, build, random_mesh
 
 ADDR_A = "M0openstack.org/om/rpc/anycast/nova/compute"
 ADDR_B = "M0openstack.org/om/rpc/multicast/nova/compute"

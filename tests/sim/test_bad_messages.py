@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from router.linkstate.messages import PROTOCOL_VERSION
-from tests.sim.harness import build, random_mesh
-from tests.sim.reference import route_mismatches
+from tests.support.linkstate_sim import build, random_mesh
+from tests.support.route_reference import route_mismatches
 
 BAD_BODIES = [
     {"id": "X", "pv": 1, "area": "0", "instance": 1, "ls_seq": "one", "mobile_seq": 0},  # RA, bad type

@@ -5,8 +5,8 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 
-from tests.sim.harness import SimNetwork, build, random_mesh
-from tests.sim.reference import chosen_path, reference_routes, route_mismatches
+from tests.support.linkstate_sim import SimNetwork, build, random_mesh
+from tests.support.route_reference import chosen_path, reference_routes, route_mismatches
 
 
 def converge(net: SimNetwork, graph: nx.Graph, timeout: float) -> tuple[float, dict]:

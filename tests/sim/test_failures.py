@@ -6,8 +6,8 @@ import logging
 
 import networkx as nx
 
-from tests.sim.harness import SimNetwork, build, random_mesh
-from tests.sim.reference import route_mismatches
+from tests.support.linkstate_sim import SimNetwork, build, random_mesh
+from tests.support.route_reference import route_mismatches
 
 ADDR = "M0openstack.org/om/rpc/anycast/nova/compute"
 

@@ -10,17 +10,11 @@ import random
 
 from proton import symbol
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    MODIFIED,
-    REJECTED,
-    RELEASED,
-    Client,
-    assert_stays,
-    make_message,
-    wait_for,
-)
-from tests.system.meshkit import build, mesh_view, node_state, outcome_counts, qd_keys, receiver, wait_address
+from tests.support.clients import ACCEPTED, MODIFIED, REJECTED, RELEASED, Client, make_message
+from tests.support.meshes import build, wait_address
+from tests.support.state import mesh_view, node_state
+from tests.support.traffic import outcome_counts, qd_keys
+from tests.support.waiting import assert_stays, wait_for
 
 ADDR = "svc/chain"
 
@@ -37,7 +31,7 @@ def _consumer_and_producer(a, b, c, *, credit_window=300, auto_accept=True, addr
     prod = Client(c.url)
     s = prod.sender(address)
     cons = Client(a.url)
-    r = receiver(cons, address, credit_window=credit_window, auto_accept=auto_accept)
+    r = cons.receiver(address, credit_window=credit_window, auto_accept=auto_accept)
     wait_address([a, b, c], address, ["A"])
     s.wait_credit()
     return s, r
@@ -50,10 +44,10 @@ def test_no_credit_without_consumer_then_credit_once_consumer_on_far_node(node_f
     assert s.remote_active, f"sender refused: {s.remote_condition}"
     # converged, and nobody consumes svc/chain anywhere: C must not hand out credit
     assert_stays(lambda: s.credit == 0, 1.0, f"credit 0 on C's producer with no consumer (has {s.credit})")
-    assert all(ADDR not in mesh_view(n)["addresses"] for n in (a, b, c))
+    assert all(ADDR not in mesh_view(n).addresses for n in (a, b, c))
 
     cons = Client(a.url)
-    r = receiver(cons, ADDR, credit_window=300)
+    r = cons.receiver(ADDR, credit_window=300)
     wait_address([a, b, c], ADDR, ["A"])
     s.wait_credit(1)
     assert r.received == []
@@ -86,7 +80,7 @@ def test_200_unsettled_messages_cross_two_hops_in_order_without_router_annotatio
         assert m.address is None, f"message {i} got a `to` on the way: {m.address!r}"
     # nothing stays inside the nodes
     for nd in (a, b, c):
-        assert node_state(nd)["in_flight"] == 0, f"node {nd.node_id} still holds deliveries"
+        assert node_state(nd).in_flight == 0, f"node {nd.node_id} still holds deliveries"
 
 
 def test_large_messages_stream_across_two_hops_intact(node_factory):
@@ -169,7 +163,7 @@ def test_consumer_detach_drains_the_far_producer_and_a_new_consumer_restores_cre
     assert_stays(lambda: not late.settled or late.state == RELEASED, 0.3,
                  lambda: f"the late message waits or is released: it ended {late.outcome} "
                  f"(producer credit {s.credit}, drain requests {s.drain_requests})")
-    r2 = receiver(Client(a.url), ADDR, credit_window=10)
+    r2 = Client(a.url).receiver(ADDR, credit_window=10)
     wait_address([a, b, c], ADDR, ["A"])
     s.wait_credit()
     if late.settled:
@@ -200,8 +194,8 @@ def test_closest_prefers_a_local_consumer_then_falls_back_to_the_far_one(node_fa
     addr = "closest/pick"
     # both consumers grant enough credit up front for a whole burst: closest uses a remote consumer
     # only while the local one has no credit
-    far = receiver(Client(a.url), addr, credit=50, credit_window=50)
-    near = receiver(Client(c.url), addr, credit=50, credit_window=50)
+    far = Client(a.url).receiver(addr, credit=50, credit_window=50)
+    near = Client(c.url).receiver(addr, credit=50, credit_window=50)
     wait_address([a, b, c], addr, ["A", "C"])
     s = Client(c.url).sender(addr)
     s.wait_credit()

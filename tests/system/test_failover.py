@@ -17,27 +17,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    MODIFIED,
-    RELEASED,
-    Client,
-    WaitTimeout,
-    make_message,
-    outcome_name,
-    pump,
-    wait_for,
-)
-from tests.system.meshkit import (
-    build,
-    kill9,
-    mesh_view,
-    node_state,
-    receiver,
-    views,
-    wait_address,
-    wait_until,
-)
+from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_message, outcome_name
+from tests.support.meshes import build, views, wait_address
+from tests.support.nodes import kill9
+from tests.support.state import mesh_view, node_state
+from tests.support.waiting import WaitTimeout, pump, wait_for, wait_until
 
 ADDR = "svc/stream"
 TOTAL = 2000
@@ -70,7 +54,7 @@ class Stream:
 def _diamond(node_factory):
     nodes = build(node_factory, ["A", "B", "C", "D"], EDGES)
     va = mesh_view(nodes["A"])
-    assert va["next_hops"]["D"] == "B" and va["costs"]["D"] == 2, f"A does not route to D through B: {va}"
+    assert va.next_hops["D"] == "B" and va.costs["D"] == 2, f"A does not route to D through B: {va}"
     return nodes
 
 
@@ -154,7 +138,7 @@ def _audit_complete(st: Stream, rx) -> None:
 def test_kill_transit_node_mid_stream_every_message_accounted_for(node_factory, lazy_accept):
     nodes = _diamond(node_factory)
     a, b, c, d = (nodes[x] for x in "ABCD")
-    rx = receiver(Client(d.url), ADDR, credit=1000, credit_window=1000, auto_accept=not lazy_accept)
+    rx = Client(d.url).receiver(ADDR, credit=1000, credit_window=1000, auto_accept=not lazy_accept)
     wait_address(nodes.values(), ADDR, ["D"])
     s = Client(a.url).sender(ADDR)
     s.wait_credit()
@@ -168,16 +152,16 @@ def test_kill_transit_node_mid_stream_every_message_accounted_for(node_factory, 
     _audit_complete(st, rx)
 
     # the stream went on through C, and nothing is left inside the surviving nodes
-    assert mesh_view(a)["next_hops"].get("D") == "C", views([a, c, d])
+    assert mesh_view(a).next_hops.get("D") == "C", views([a, c, d])
     for nd in (a, c, d):
-        wait_until(lambda nd=nd: node_state(nd)["in_flight"] == 0, 5,
+        wait_until(lambda nd=nd: node_state(nd).in_flight == 0, 5,
                    f"node {nd.node_id} holding no deliveries")
 
 
 def test_kill_consumer_node_mid_stream_drains_producer_and_settles_everything(node_factory):
     nodes = _diamond(node_factory)
     a, b, c, d = (nodes[x] for x in "ABCD")
-    rx = receiver(Client(d.url), ADDR, credit=1000, credit_window=1000)
+    rx = Client(d.url).receiver(ADDR, credit=1000, credit_window=1000)
     wait_address(nodes.values(), ADDR, ["D"])
     s = Client(a.url).sender(ADDR)
     s.wait_credit()
@@ -202,5 +186,5 @@ def test_kill_consumer_node_mid_stream_drains_producer_and_settles_everything(no
     accepted_ids = {mid for mid, states in st.per_id.items() if ACCEPTED in states}
     assert accepted_ids <= got, f"accepted but never received: {sorted(accepted_ids - got)[:20]}"
     for nd in (a, b, c):
-        wait_until(lambda nd=nd: node_state(nd)["in_flight"] == 0, 5,
+        wait_until(lambda nd=nd: node_state(nd).in_flight == 0, 5,
                    f"node {nd.node_id} holding no deliveries")

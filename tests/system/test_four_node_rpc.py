@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 
-from tests.integration.helpers import ACCEPTED, DYNAMIC_ADDRESS_RE, Client, make_message, wait_for
-from tests.system.meshkit import EchoServer, build, mesh_view, outcome_counts, receiver, wait_address
+from tests.support.clients import ACCEPTED, DYNAMIC_ADDRESS_RE, Client, make_message
+from tests.support.meshes import build, wait_address
+from tests.support.state import mesh_view
+from tests.support.traffic import EchoServer, outcome_counts
+from tests.support.waiting import wait_for
 
 SVC = "openstack.org/om/rpc/anycast/svc"
 EDGES = [("B", "A", 1), ("C", "A", 1), ("D", "A", 1), ("C", "B", 1), ("D", "B", 1), ("D", "C", 1)]
@@ -19,7 +22,7 @@ EDGES = [("B", "A", 1), ("C", "A", 1), ("D", "A", 1), ("C", "B", 1), ("D", "B", 
 def four_node(node_factory) -> dict:
     nodes = build(node_factory, ["A", "B", "C", "D"], EDGES)
     for n in nodes.values():
-        assert mesh_view(n)["costs"] == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
+        assert mesh_view(n).costs == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
     return nodes
 
 
@@ -27,7 +30,7 @@ def _calls(caller_node, servers: list[EchoServer], n: int, address: str = SVC) -
     """``n`` strictly sequential calls from a caller on ``caller_node``: each request is sent only
     once the previous reply has arrived and the previous request is settled."""
     caller = Client(caller_node.url)
-    replies = receiver(caller, dynamic=True, credit_window=10)
+    replies = caller.receiver(dynamic=True, credit_window=10)
     reply_to = replies.address
     assert reply_to and re.fullmatch(DYNAMIC_ADDRESS_RE.format(node=caller_node.node_id), reply_to), reply_to
     req = caller.sender(address)
@@ -90,7 +93,7 @@ def test_callers_on_c_and_d_share_servers_on_a_and_b_concurrently(node_factory):
     callers = []
     for x in ("C", "D"):
         cl = Client(nodes[x].url)
-        rx = receiver(cl, dynamic=True, credit_window=50)
+        rx = cl.receiver(dynamic=True, credit_window=50)
         tx = cl.sender(SVC)
         callers.append((x, rx, tx))
     for _, _, tx in callers:

@@ -11,8 +11,11 @@ from collections import Counter
 
 import pytest
 
-from tests.integration.helpers import ACCEPTED, Client, assert_stays, make_message, wait_for
-from tests.system.meshkit import build, node_state, outcome_counts, qd_keys, receiver, wait_address
+from tests.support.clients import ACCEPTED, Client, make_message
+from tests.support.meshes import build, wait_address
+from tests.support.state import node_state
+from tests.support.traffic import outcome_counts, qd_keys
+from tests.support.waiting import assert_stays, wait_for
 
 ADDR = "multicast/news"
 N = 50
@@ -35,9 +38,9 @@ def test_every_consumer_gets_each_message_exactly_once(node_factory, mesh, sende
     receivers = {}
     for name in names:
         cl = Client(nodes[name].url)
-        receivers[f"{name}1"] = receiver(cl, ADDR, credit_window=2 * N)
+        receivers[f"{name}1"] = cl.receiver(ADDR, credit_window=2 * N)
         if name == double_at:
-            receivers[f"{name}2"] = receiver(Client(nodes[name].url), ADDR, credit_window=2 * N)
+            receivers[f"{name}2"] = Client(nodes[name].url).receiver(ADDR, credit_window=2 * N)
     wait_address(nodes.values(), ADDR, names)
 
     s = Client(nodes[sender_at].url).sender(ADDR)
@@ -66,7 +69,7 @@ def test_every_consumer_gets_each_message_exactly_once(node_factory, mesh, sende
                  what=lambda: f"every multicast delivery settled at the sender: {outcome_counts(trackers)}")
         assert [t.state for t in trackers] == [ACCEPTED] * N, outcome_counts(trackers)
         for nd in nodes.values():
-            assert node_state(nd)["in_flight"] == 0, f"node {nd.node_id} still holds deliveries"
+            assert node_state(nd).in_flight == 0, f"node {nd.node_id} still holds deliveries"
 
 
 def test_unsettled_multicast_waits_for_the_slowest_remote_copy(node_factory):
@@ -74,8 +77,8 @@ def test_unsettled_multicast_waits_for_the_slowest_remote_copy(node_factory):
     whose consumer has not decided yet; the reported outcome follows REJECTED > ACCEPTED."""
     names, edges = MESHES["diamond"]
     nodes = build(node_factory, names, edges)
-    near = receiver(Client(nodes["A"].url), ADDR, credit_window=10)
-    far = receiver(Client(nodes["D"].url), ADDR, credit_window=10, auto_accept=False)
+    near = Client(nodes["A"].url).receiver(ADDR, credit_window=10)
+    far = Client(nodes["D"].url).receiver(ADDR, credit_window=10, auto_accept=False)
     wait_address(nodes.values(), ADDR, ["A", "D"])
     s = Client(nodes["A"].url).sender(ADDR)
     s.wait_credit()
@@ -96,7 +99,7 @@ def test_large_multicast_messages_stream_to_every_consumer_intact(node_factory):
     """Multi-frame messages fan out across the diamond: every consumer gets each body intact, once."""
     names, edges = MESHES["diamond"]
     nodes = build(node_factory, names, edges)
-    receivers = {name: receiver(Client(nodes[name].url), ADDR, credit_window=10) for name in names}
+    receivers = {name: Client(nodes[name].url).receiver(ADDR, credit_window=10) for name in names}
     wait_address(nodes.values(), ADDR, names)
     s = Client(nodes["B"].url).sender(ADDR)
     s.wait_credit()

@@ -10,34 +10,18 @@ from __future__ import annotations
 
 from proton import symbol
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    MODIFIED,
-    RELEASED,
-    Client,
-    assert_stays,
-    make_message,
-    wait_for,
-)
-from tests.system.meshkit import (
-    build,
-    converged,
-    fake_peer_data_sender,
-    mesh_view,
-    node_state,
-    qd_keys,
-    receiver,
-    views,
-    wait_address,
-    wait_until,
-)
+from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, fake_peer_data_sender, make_message
+from tests.support.meshes import build, converged, views, wait_address
+from tests.support.state import mesh_view, node_state
+from tests.support.traffic import qd_keys
+from tests.support.waiting import assert_stays, wait_for, wait_until
 
 ADDR = "svc/gone"
 
 
 def _address(node) -> dict:
     """The node's forwarding entry for ADDR (its core's view, not the control plane's)."""
-    return node_state(node)["addresses"].get(ADDR, {})
+    return node_state(node).addresses.get(ADDR, {})
 
 
 def test_cut_route_drains_waiting_producers_and_fails_in_flight_deliveries(node_factory, proxy_factory):
@@ -54,7 +38,7 @@ def test_cut_route_drains_waiting_producers_and_fails_in_flight_deliveries(node_
     proxy = proxies["CB"]
 
     cons = Client(c.url)
-    r = receiver(cons, ADDR, credit_window=10, auto_accept=False)   # holds what it gets, unsettled
+    r = cons.receiver(ADDR, credit_window=10, auto_accept=False)   # holds what it gets, unsettled
     wait_address([a, b, c], ADDR, ["C"])
 
     busy = Client(a.url).sender(ADDR)      # will have a delivery in flight
@@ -66,7 +50,7 @@ def test_cut_route_drains_waiting_producers_and_fails_in_flight_deliveries(node_
     assert not in_flight.settled
 
     proxy.cut()
-    wait_until(lambda: "C" not in mesh_view(a)["reachable"] and "C" not in mesh_view(b)["reachable"], 5,
+    wait_until(lambda: "C" not in mesh_view(a).reachable and "C" not in mesh_view(b).reachable, 5,
                lambda: "A and B losing C: " + views([a, b]))
 
     in_flight.wait()
@@ -81,7 +65,7 @@ def test_cut_route_drains_waiting_producers_and_fails_in_flight_deliveries(node_
     wait_until(lambda: not _address(a).get("ready") and _address(a).get("remote", []) == [], 5,
                lambda: f"svc/gone without destination at A: {_address(a)}")
     assert_stays(lambda: idle.credit == 0, 0.5, "no credit while the only consumer is unreachable")
-    assert node_state(a)["in_flight"] == 0 and node_state(b)["in_flight"] == 0
+    assert node_state(a).in_flight == 0 and node_state(b).in_flight == 0
 
     # a message sent now is not delivered: it waits at the producer (no credit), or it is RELEASED
     # when Proton used the credit of the drain before answering it (it answers lazily)
@@ -90,7 +74,7 @@ def test_cut_route_drains_waiting_producers_and_fails_in_flight_deliveries(node_
                  lambda: f"the message waits for a route or is released: {waiting.outcome}")
 
     # ... until C is reachable again
-    proxy.resume()
+    proxy.listen()
     wait_until(lambda: converged([a, b, c]), 15,
                lambda: "C reconnecting through the proxy: " + views([a, b, c]))
     wait_address([a, b, c], ADDR, ["C"])
@@ -120,7 +104,7 @@ def test_transit_cut_with_no_alternative_releases_and_drains(node_factory, proxy
 
     n = build(node_factory, ["A", "B", "C"], [("B", "A", 1), ("C", "B", 1)], port_map=via_proxy)
     a, b, c = n["A"], n["B"], n["C"]
-    r = receiver(Client(a.url), ADDR, credit_window=10, auto_accept=False)
+    r = Client(a.url).receiver(ADDR, credit_window=10, auto_accept=False)
     wait_address([a, b, c], ADDR, ["A"])
     from_c = Client(c.url).sender(ADDR)
     from_b = Client(b.url).sender(ADDR)
@@ -129,7 +113,7 @@ def test_transit_cut_with_no_alternative_releases_and_drains(node_factory, proxy
     tr = from_c.send("from C")
     r.wait_messages(1)
     proxies["CB"].cut()
-    wait_until(lambda: mesh_view(c)["reachable"] == [], 5, lambda: "C isolated: " + views([c]))
+    wait_until(lambda: mesh_view(c).reachable == [], 5, lambda: "C isolated: " + views([c]))
     wait_for(lambda: from_c.credit == 0, what=lambda: f"C's producer drained (credit {from_c.credit})")
     # the delivery reached A; its acceptance can no longer reach C: C must not leave it hanging
     r.received[0].accept()
@@ -150,7 +134,7 @@ def test_hop_limit_releases_a_delivery_that_crossed_too_many_nodes(node_factory)
     The transfers come from a fake peer node Z on A's inter-router listener."""
     n = build(node_factory, ["A", "B", "C"], [("B", "A", 1), ("C", "B", 1)])
     a = n["A"]                                   # radius 2 from A: at most 3 entries in a trace
-    r = receiver(Client(a.url), ADDR, credit_window=10)
+    r = Client(a.url).receiver(ADDR, credit_window=10)
     wait_address(n.values(), ADDR, ["A"])
     z = fake_peer_data_sender(a, "Z")
     z.wait_credit()
@@ -165,8 +149,8 @@ def test_hop_limit_releases_a_delivery_that_crossed_too_many_nodes(node_factory)
     assert rec.body == "short trace" and qd_keys(rec.message) == []
     assert rec.message.annotations == {symbol("x-opt-app.k"): "v"}
 
-    before = node_state(a)["counters"]["hop_limit"]
+    before = node_state(a).node["hopLimitDrops"]
     looped = z.send(annotated("looped", ["0/B", "0/C", "0/B", "0/C", "0/Z"])).wait()
     assert looped.state == RELEASED, f"a delivery past the hop limit ended {looped.outcome}"
     assert_stays(lambda: len(r.received) == 1, 0.3, "the looped delivery is not delivered")
-    assert node_state(a)["counters"]["hop_limit"] == before + 1
+    assert node_state(a).node["hopLimitDrops"] == before + 1

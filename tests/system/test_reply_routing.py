@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import re
 
-from tests.integration.helpers import (
-    ACCEPTED,
-    DYNAMIC_ADDRESS_RE,
-    RELEASED,
-    Client,
-    make_message,
-    wait_for,
-)
-from tests.system.meshkit import EchoServer, build, mesh_view, outcome_counts, qd_keys, receiver, wait_address
+from tests.support.clients import ACCEPTED, DYNAMIC_ADDRESS_RE, RELEASED, Client, make_message
+from tests.support.meshes import build, wait_address
+from tests.support.state import mesh_view
+from tests.support.traffic import EchoServer, outcome_counts, qd_keys
+from tests.support.waiting import wait_for
 
 SVC = "svc/echo"
 
@@ -32,7 +28,7 @@ def test_reply_to_dynamic_address_on_c_from_server_on_a(node_factory):
     a, b, c = chain(node_factory)
     srv = EchoServer(Client(a.url), SVC, "srvA")
     caller = Client(c.url)
-    replies = receiver(caller, dynamic=True, credit_window=10)
+    replies = caller.receiver(dynamic=True, credit_window=10)
     reply_to = replies.address
     assert reply_to and re.fullmatch(DYNAMIC_ADDRESS_RE.format(node="C"), reply_to), reply_to
     wait_address([a, b, c], SVC, ["A"])
@@ -56,7 +52,7 @@ def test_reply_to_dynamic_address_on_c_from_server_on_a(node_factory):
 
     # the temporary address never became a mobile address anywhere
     for nd in (a, b, c):
-        keys = list(mesh_view(nd)["addresses"])
+        keys = list(mesh_view(nd).addresses)
         assert not [k for k in keys if "temp." in k or k.startswith(("_topo", "amqp:"))], \
             f"node {nd.node_id} advertises node-scoped addresses: {keys}"
 
@@ -65,13 +61,13 @@ def test_reply_address_works_without_any_mobile_address(node_factory):
     """No server, no advertised address at all: an anonymous sender on A reaches C's reply address
     as soon as C is reachable."""
     a, b, c = chain(node_factory)
-    replies = receiver(Client(c.url), dynamic=True, credit_window=10)
+    replies = Client(c.url).receiver(dynamic=True, credit_window=10)
     anon = Client(a.url).sender(None)
     anon.wait_credit()
     tr = anon.send(make_message("direct", address=replies.address)).wait()
     assert tr.state == ACCEPTED, tr.outcome
     assert replies.wait_messages(1)[0].body == "direct"
-    assert all(mesh_view(nd)["addresses"] == {} for nd in (a, b, c))
+    assert all(mesh_view(nd).addresses == {} for nd in (a, b, c))
 
 
 def test_node_scoped_address_of_unknown_node_is_released(node_factory):
@@ -85,8 +81,8 @@ def test_node_scoped_address_of_unknown_node_is_released(node_factory):
 
 def test_missing_reply_address_on_a_reachable_node_is_released_end_to_end(node_factory):
     a, b, c = chain(node_factory)
-    live = receiver(Client(c.url), dynamic=True, credit_window=10)
-    gone = receiver(Client(c.url), dynamic=True, credit_window=10)
+    live = Client(c.url).receiver(dynamic=True, credit_window=10)
+    gone = Client(c.url).receiver(dynamic=True, credit_window=10)
     gone_addr = gone.address
     gone.close()
     anon = Client(a.url).sender(None)

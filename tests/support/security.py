@@ -1,11 +1,23 @@
-"""Client helpers: blocking python-qpid-proton connections with TLS and SASL settings."""
+"""TLS and SASL from the client side: blocking python-qpid-proton connections, and a users file.
+
+:func:`connect` opens a ``BlockingConnection`` with a TLS domain (:func:`client_tls`) and SASL settings;
+:func:`refused` expects the node (or TLS) to refuse it. :func:`set_password` writes the users file a node
+checks SASL PLAIN against (``meshrouter passwd``), for the users of :data:`USERS`.
+"""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 from proton import ConnectionException, SSLDomain
 from proton.utils import BlockingConnection
 
+from tests.support.nodes import REPO_ROOT
+
 TIMEOUT = 10
+USERS = {"alice": "wonderland", "bob": "b0b-pw"}
 
 
 def client_tls(ca: str, cert: str | None = None, key: str | None = None,
@@ -38,3 +50,9 @@ def refused(url: str, **kw) -> str:
         return str(exc)
     c.close()
     raise AssertionError(f"connection to {url} with {kw} was not refused")
+
+
+def set_password(path: Path, user: str, password: str) -> None:
+    """`meshrouter passwd PATH USER` with the password on stdin."""
+    subprocess.run([sys.executable, "-m", "router", "passwd", str(path), user], input=password + "\n",
+                   text=True, check=True, capture_output=True, cwd=REPO_ROOT)

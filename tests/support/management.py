@@ -1,11 +1,17 @@
-"""A management requester on the tests' own python-qpid-proton client (no threads, pumped like the rest)."""
+"""A ``$management`` requester on the tests' own python-qpid-proton client, for tests of the protocol itself.
+
+:class:`Requester` sends requests (well-formed, or raw bytes) on a :class:`tests.support.clients.Client`
+and waits for the answers while pumping every client, like the rest of the test. Tests that only need
+to know a node's state use :mod:`tests.support.state` instead.
+"""
 
 from __future__ import annotations
 
 import itertools
 from typing import Any
 
-from tests.integration.helpers import Client, make_message, wait_for
+from tests.support.clients import Client, make_message
+from tests.support.waiting import wait_for
 
 
 class Requester:

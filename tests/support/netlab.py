@@ -22,20 +22,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import queue
 import re
 import shutil
 import subprocess
-import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from tests.conftest import LISTENING_RE, READY_RE, REPO_ROOT, START_TIMEOUT, NodeProcess, _kill, _reader
-from tests.system.meshkit import RULES
+from tests.support.nodes import MESH_RULES, NodeProcess, launch, node_config
 
 _LABS = itertools.count()
 IR_PORT = 5673
@@ -202,49 +195,14 @@ class NetLab:
         listeners = [{"host": self.client_ip[host], "port": CLIENT_PORT, "role": "normal"}]
         if listen:
             listeners.append({"host": "0.0.0.0", "port": IR_PORT, "role": "inter-router", "cost": 1})
-        cfg = {
-            "node": {"id": host, "link_capacity": link_capacity, "idle_timeout": idle_timeout,
-                     "log_level": "info"},
-            "listeners": listeners,
-            "connectors": [{"host": self.peer_ip(host, peer), "port": IR_PORT, "cost": 1}
-                           for peer in connect],
-            "router": {"hello_interval": hello, "hello_max_age": hello_max_age, "ra_interval_flux": 1.0},
-            "addresses": {"default": "balanced",
-                          "rules": [{"prefix": p, "distribution": d} for p, d in RULES]},
-        }
-        cfg_path = self.tmp / f"node-{host}-{len(self.nodes)}.yaml"
-        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        err_path = self.tmp / f"node-{host}-{len(self.nodes)}.stderr"
-        cmd = ["ip", "netns", "exec", self.ns(host), sys.executable, "-m", "router", "run", str(cfg_path)]
-        with open(err_path, "wb") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                    cwd=REPO_ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), text=True,
-                                    start_new_session=True)
-        q: queue.Queue = queue.Queue()
-        threading.Thread(target=_reader, args=(proc.stdout, q), daemon=True).start()
-        lines: list[str] = []
-        url = None
-        deadline = time.monotonic() + START_TIMEOUT
-        ready = False
-        while not ready and time.monotonic() < deadline:
-            try:
-                line = q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            lines.append(line)
-            m = LISTENING_RE.match(line)
-            if m and m["role"] == "normal":
-                url = m["url"]
-            ready = bool(READY_RE.match(line))
-        node = NodeProcess(host, proc, url or "", self.client_ip[host], CLIENT_PORT, cfg_path, err_path,
-                           lines)
+        cfg = node_config(host, rules=MESH_RULES, link_capacity=link_capacity, idle_timeout=idle_timeout,
+                          extra={"listeners": listeners,
+                                 "connectors": [{"host": self.peer_ip(host, peer), "port": IR_PORT, "cost": 1}
+                                                for peer in connect],
+                                 "router": {"hello_interval": hello, "hello_max_age": hello_max_age,
+                                            "ra_interval_flux": 1.0}})
+        node = launch(cfg, self.tmp, len(self.nodes), prefix=("ip", "netns", "exec", self.ns(host)))
         self.nodes.append(node)
-        if not ready or url is None:
-            _kill(proc)
-            raise AssertionError(f"node {host} did not start in namespace {self.ns(host)}: {lines}\n"
-                                 f"{node.stderr_tail()}")
         return node
 
     # ---- clean-up
@@ -253,3 +211,13 @@ class NetLab:
             sh("ip", "link", "del", f"m{self.tag}{name}r", check=False)   # at once, not when the kernel
             sh("ip", "netns", "del", ns, check=False)                      # gets round to freeing ns
         self.hosts.clear()
+
+
+_REASON: list[str | None] = []
+
+
+def namespaces_unavailable() -> str | None:
+    """:func:`netns_unavailable`, found out once per test session."""
+    if not _REASON:
+        _REASON.append(netns_unavailable())
+    return _REASON[0]

@@ -1,4 +1,5 @@
-"""Shared by the oslo tests and their server subprocess: configuration, URLs, addresses, endpoints.
+"""oslo.messaging for the tests and their server subprocess: configuration, URLs, addresses, endpoints,
+and the four-node mesh the oslo tests run on (:data:`MESH_EDGES`, :func:`mesh_rules`).
 
 Each transport gets its own ``oslo_config`` ConfigOpts (no global ``cfg.CONF``), so tests never leak
 options into each other. The amqp1 driver's options are registered up front so they can be overridden
@@ -14,6 +15,12 @@ from oslo_config import cfg
 from oslo_messaging._drivers.amqp1_driver import opts as amqp1_opts
 from oslo_messaging._metrics import client as metrics_client
 
+from tests.support.nodes import shipped_rules
+
+OSLO_PREFIX = "openstack.org/om"
+# topologies/four-node.yaml: every pair of nodes linked at cost 1; "from" dials "to" (started before it)
+MESH_NODES = ("A", "B", "C", "D")
+MESH_EDGES = (("B", "A", 1), ("C", "A", 1), ("C", "B", 1), ("D", "C", 1), ("D", "B", 1), ("D", "A", 1))
 AMQP_GROUP = "oslo_messaging_amqp"
 EXCHANGE = "openstack"          # control_exchange default: the routable addresses carry it
 
@@ -116,3 +123,13 @@ class EchoEndpoint:
                     return False
                 self.changed.wait(left)
         return True
+
+
+def mesh_rules() -> tuple[tuple[str, str], ...]:
+    """The address rules of config/node.yaml, so the tests exercise the shipped oslo rules."""
+    rules = shipped_rules()
+    assert dict(rules).get(f"{OSLO_PREFIX}/rpc/anycast") == "balanced", rules
+    assert dict(rules).get(f"{OSLO_PREFIX}/rpc/unicast") == "closest", rules
+    assert dict(rules).get(f"{OSLO_PREFIX}/rpc/multicast") == "multicast", rules
+    assert dict(rules).get(f"{OSLO_PREFIX}/notify") == "balanced", rules
+    return rules

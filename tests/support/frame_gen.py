@@ -1,7 +1,7 @@
 """Seeded generators of AMQP 1.0 input for the fuzz tests: values, messages, frames and mutations.
 
 Everything takes a ``random.Random`` so a run is reproduced by its seed. Performatives are encoded
-with ``proton.Data`` (via ``tests.integration.helpers``); mutations work on the encoded bytes.
+with ``proton.Data`` (via ``tests.support.raw_amqp``); mutations work on the encoded bytes.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from proton import (
     ushort,
 )
 
-from tests.integration.helpers import (
+from tests.support.raw_amqp import (
     AMQP_HEADER,
     ATTACH,
     BEGIN,

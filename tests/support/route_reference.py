@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import networkx as nx
 
 if TYPE_CHECKING:
-    from tests.sim.harness import SimNetwork
+    from tests.support.linkstate_sim import SimNetwork
 
 
 def reference_routes(graph: nx.Graph, source: str) -> tuple[dict[str, str], dict[str, int]]:

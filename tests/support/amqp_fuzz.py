@@ -1,6 +1,6 @@
 """A seeded AMQP 1.0 fuzz client over raw TCP (no Proton engine on this side).
 
-    python -m tests.fuzz.amqpfuzz --seed 42 --frames 100000 \\
+    python -m tests.support.amqp_fuzz --seed 42 --frames 100000 \\
         --target normal:127.0.0.1:5672 --target inter-router:127.0.0.1:5673
 
 Each *episode* is one TCP connection to one target carrying one kind of input:
@@ -39,8 +39,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tests.fuzz import gen
-from tests.integration.helpers import AMQP_HEADER, ATTACH, BEGIN, SASL_HEADER, SOURCE, TARGET
+from tests.support import frame_gen as gen
+from tests.support.raw_amqp import AMQP_HEADER, ATTACH, BEGIN, SASL_HEADER, SOURCE, TARGET
 
 FUZZ_PREFIX = "fuzz/"          # the addresses fuzz episodes use (never those of the real traffic)
 SEND_TIMEOUT = 2.0
