@@ -113,7 +113,7 @@ class NodeEntities:
             "deliveriesDelayed1Sec": counters["delayed_1s"],
             "deliveriesDelayed10Sec": counters["delayed_10s"],
             "deliveriesStuck": core.stuck(),
-            "streamsInProgress": len(engine.streams),
+            "streamsInProgress": len(engine.streams.active),
         }
 
     # ---- connections -------------------------------------------------------------------------------------
