@@ -483,6 +483,7 @@ class NodeConnection:
         pn_transport_unbind(self.transport)
         pn_decref(self.transport)
         pn_connection_release(self.pn_conn)
+        pn_decref(self.pn_conn)          # our reference from pn_connection() (= pn_connection_free)
         pn_collector_free(self.collector)
         self.transport = self.pn_conn = self.collector = None
 
