@@ -4,8 +4,8 @@ feeds it events and carries out its decisions.
 
 Modules: ``records`` (addresses, links, in-flight entries), ``decisions`` (what the core answers, as
 data), ``distribution`` (closest / balanced / multicast choices), ``credit`` (the credit ledger),
-``table`` (the address table and the mesh view), ``core`` (`RouterCore`: the events and their
-decisions).
+``table`` (the address table and the mesh view), ``settlement`` (in-flight entries, held deliveries,
+multicast groups, counters), ``core`` (`RouterCore`: the events and their decisions).
 
 May import: router.addressing, router.amqp (annotation values only). Never imports router.adapter,
 router.node, the services or Proton.
