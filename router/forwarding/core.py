@@ -74,7 +74,10 @@ from router.forwarding.records import (
     RemoteDest,
 )
 from router.forwarding.table import AddressTable
+from router.policy.access import Access
+from router.policy.engine import Policy
 
+UNAUTHORIZED = "amqp:unauthorized-access"   # the condition of every refusal by policy
 SPARE_ENTRIES = 4096        # settled in-flight entries kept for reuse
 NEW_ENTRY = object.__new__  # an InFlight whose fields `sent` sets itself
 
@@ -87,7 +90,7 @@ class RouterCore(AddressTable):
 
     def __init__(self, node_id: str, rules: AddressRules, capacity: int = LINK_CAPACITY,
                  rng: random.Random | None = None, backlog: Backlog | None = None,
-                 backlog_limit: int = 32) -> None:
+                 backlog_limit: int = 32, policy: Policy | None = None) -> None:
         self.ledger = CreditLedger(capacity)
         super().__init__(node_id, rules, self.ledger, rng)
         self.capacity = capacity
@@ -106,6 +109,9 @@ class RouterCore(AddressTable):
         # outcomes settled to producers: counted per producer; these are the detached producers' totals
         self.producers: set[Producer] = set()
         self.retired_outcomes = [0, 0, 0, 0]
+        # authorization at attach (router.policy): the reserved-address rules always, a policy's if any
+        self.policy = policy if policy is not None else Policy()
+        self.policy.clock = lambda: self.now
 
     # ---- time ---------------------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -117,27 +123,45 @@ class RouterCore(AddressTable):
 
     # ---- attach -------------------------------------------------------------------------------------------
     def attach_consumer(self, handle: object, conn: object, source: str | None, dynamic: bool = False,
-                        at_most_once: bool = False) -> Consumer | Refusal:
+                        at_most_once: bool = False, access: Access | None = None) -> Consumer | Refusal:
         """A receiver attached (we send to it). `source` is None when it is not valid UTF-8; a dynamic
-        source gets a fresh node-scoped address (the consumer's `name`)."""
+        source gets a fresh node-scoped address (the consumer's `name`). `access` is the connection's
+        grant (router.policy; None: a client without a policy): reserved addresses (rules 1 and 2) and
+        the group's `sources`, `allow_dynamic_source` and `max_receivers` are checked here."""
         if dynamic:
+            problem = self.policy.receive(access, None, True)
+            if problem is not None:
+                return Refusal(UNAUTHORIZED, problem)
             source = self.new_dynamic_address()
         elif source is None:
             return Refusal("amqp:invalid-field", "the source address is not valid UTF-8")
-        elif not address_key(source, self.node_id):     # also "/", "amqp:/": no address at all
-            return Refusal("amqp:invalid-field", "a receiving link needs a source address")
+        else:
+            key = address_key(source, self.node_id)
+            if not key:                                     # also "/", "amqp:/": no address at all
+                return Refusal("amqp:invalid-field", "a receiving link needs a source address")
+            problem = self.policy.receive(access, key)
+            if problem is not None:
+                return Refusal(UNAUTHORIZED, problem)
         c = self.add_consumer(handle, conn, source)
         c.presettle = at_most_once
         return c
 
     def attach_producer(self, handle: object, conn: object, target: str | None,
-                        dynamic: bool = False) -> Producer | Refusal:
-        """A sender attached: to `target`, or the anonymous relay when it is empty."""
+                        dynamic: bool = False, access: Access | None = None) -> Producer | Refusal:
+        """A sender attached: to `target`, or the anonymous relay when it is empty. `access` as for
+        `attach_consumer`: a management agent's address is routed to the agent's address for the
+        connection's management level (router.policy.reserved), other `$` services are refused, the
+        group's `targets`, `allow_anonymous_sender` and `max_senders` are checked."""
         if dynamic:
             return Refusal("amqp:not-implemented", "dynamic targets are not supported")
         if target is None:
             return Refusal("amqp:invalid-field", "the target address is not valid UTF-8")
-        return self.add_producer(handle, conn, target or None)
+        routed, problem = self.policy.send(access, address_key(target, self.node_id) if target else None)
+        if problem is not None:
+            return Refusal(UNAUTHORIZED, problem)
+        p = self.add_producer(handle, conn, routed or target or None)
+        p.name = target
+        return p
 
     def add_consumer(self, handle: object, conn: object, source: str) -> Consumer:
         a = self._address(source)
