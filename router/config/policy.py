@@ -71,8 +71,8 @@ class PolicyGroup:
     """One group of users: who belongs to it, and what its connections may do."""
 
     users: tuple[str, ...] = declare(
-        Check(_users, "list of user names"), "members: user names, `*` (any user), an EXTERNAL certificate "
-        "subject (`CN=client1,O=example`), `anonymous` (ANONYMOUS or no SASL)", ())
+        Check(_users, "list of user names"), "members: user names, `*` (any authenticated user), an EXTERNAL "
+        "certificate subject (`CN=client1,O=example`), `anonymous` (ANONYMOUS or no SASL)", ())
     remote_hosts: tuple[str, ...] | None = declare(
         Check(_hosts, "list of addresses, CIDR ranges, `localhost`"),
         "members connect only from these hosts; from elsewhere they are not members", None, show="any host")

@@ -24,11 +24,9 @@ from router.config.policy import DEFAULT_VHOST, PolicyConfig
 from router.policy import reserved
 from router.policy.access import NO_GROUP, Access
 from router.policy.denials import Denials
-from router.policy.groups import Vhost
+from router.policy.groups import ANONYMOUS, Vhost
 from router.policy.hosts import is_loopback, parse_address
 from router.policy.levels import NAMES, NONE, default_level
-
-ANONYMOUS = "anonymous"
 
 
 @dataclass(slots=True)

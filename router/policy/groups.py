@@ -1,10 +1,11 @@
 """The groups of a vhost, compiled from the config, and the group a connection belongs to.
 
 Membership (`Vhost.member`): the group that lists the connection's user by name (an EXTERNAL user's name is
-its certificate subject; ANONYMOUS and no SASL are the user ``anonymous``) and admits its remote host; else
-the group that lists ``*`` and admits the host; else ``default_group`` if it admits the host (its
-``users`` do not matter then); else none: the connection is refused. check-config makes sure no user is in
-two groups whose remote hosts overlap, so the first match is the only one.
+its certificate subject; ANONYMOUS and no SASL are the user ``anonymous``) and admits its remote host; else,
+for an authenticated user, the group that lists ``*`` and admits the host (``*`` is any authenticated user:
+anonymous clients are in a group only where ``anonymous`` is listed); else ``default_group`` if it admits
+the host (its ``users`` do not matter then); else none: the connection is refused. check-config makes sure
+no user is in two groups whose remote hosts overlap, so the first match is the only one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from router.policy.levels import LEVELS
 from router.policy.patterns import PatternSet
 
 ANY_USER = "*"
+ANONYMOUS = "anonymous"
 
 
 @dataclass(slots=True)
@@ -62,7 +64,8 @@ class Vhost:
 
     def member(self, user: str, ip: Address | None) -> Group | None:
         """The group of `user` connecting from `ip`, or None (refused)."""
-        for candidates in (self.by_user.get(user, ()), self.by_user.get(ANY_USER, ())):
+        named = self.by_user.get(user, ())
+        for candidates in (named, self.by_user.get(ANY_USER, ()) if user != ANONYMOUS else ()):
             for g in candidates:
                 if g.hosts.admits(ip):
                     return g

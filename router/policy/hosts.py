@@ -34,8 +34,9 @@ def parse_network(entry: object) -> tuple[Network, ...]:
 
 
 def parse_address(host: str) -> Address | None:
-    """The IP address of a peer ``host`` (an address, or ``host:port``); None if it is not one."""
-    for candidate in (host, host.rpartition(":")[0]):
+    """The IP address of a peer ``ip:port`` (the node's form, also for IPv6: ``::1:5672``) or of a bare
+    address; None if it is not one."""
+    for candidate in (host.rpartition(":")[0], host):
         if not candidate:
             continue
         try:
