@@ -10,6 +10,11 @@ does, plus the address rules shipped in config/node.yaml (the ``openstack.org/om
 ``oslo`` (fixture) makes transports, servers, clients, notifiers, listeners and server subprocesses and
 tears them all down after the test, then checks that no thread they started is left behind.
 
+Every test runs twice (``mesh`` is parametrized): on an open mesh (``open``) and on a mesh whose nodes all
+have the `policy:` of ``OSLO_POLICY`` (``policy``), which allows only what the driver needs: anonymous
+clients may consume and send under ``openstack.org/om/`` and use reply addresses, nothing else (no
+anonymous relay, no management, every other user refused).
+
 A test marked ``rabbit_gateway("A")`` gets node A started with a ``brokers:`` section that bridges the
 notification addresses of a unique topic (``rabbit`` fixture) to RabbitMQ on 127.0.0.1:5672 with
 ``direction: both``; the queues are deleted with pika after the nodes have stopped.
@@ -44,9 +49,12 @@ from tests.gateway.conftest import (  # noqa: E402
     gateway_config,
     rabbit_reachable,
 )
+from tests.integration.helpers import Client, wait_for  # noqa: E402
 from tests.integration.test_mesh_control import converged, inter_router_port, mesh_view  # noqa: E402
+from tests.management.agentkit import Requester  # noqa: E402
 from tests.oslo.oslomesh import NODES, REPO_ROOT, start, wait_until  # noqa: E402
 from tests.oslo.osloutil import make_conf, notify_address, transport_url  # noqa: E402
+from tests.security.authzkit import AuthClient  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -113,18 +121,60 @@ def mesh_brokers(request) -> dict:
     return {mark.args[0] if mark.args else "A": request.getfixturevalue("rabbit").brokers_extra()}
 
 
-@pytest.fixture
-def mesh(mesh_brokers, node_factory) -> dict:
-    """The four nodes, converged, every pair at cost 1. Returns {node id: NodeProcess}."""
+#: What the amqp1 driver needs (README "Authorization", the worked example's `om` group): its addresses
+#: under openstack.org/om/, a dynamic reply address per connection, replies sent by a sender targeted at the
+#: reply address (it never uses the anonymous relay); no management.
+#: The tests read the policy's counters through the vhost `monitor.test` (management only).
+OSLO_POLICY = {
+    "default_group": "deny",
+    "groups": {"om": {"users": ["anonymous"], "sources": ["openstack.org/om/#"],
+                      "targets": ["openstack.org/om/#"], "allow_dynamic_source": True,
+                      "allow_anonymous_sender": False, "management": "none"}},
+    "vhosts": {"monitor.test": {"groups": {"monitor": {"users": ["anonymous"], "sources": [], "targets": [],
+                                                       "management": "read"}}}},
+}
+
+
+@pytest.fixture(params=["open", "policy"])
+def mesh(request, mesh_brokers, node_factory) -> dict:
+    """The four nodes, converged, every pair at cost 1, without or with `OSLO_POLICY`. Returns
+    {node id: NodeProcess}."""
     nodes: dict = {}
+    policy = {"policy": OSLO_POLICY} if request.param == "policy" else {}
     for node_id, (listen, dials) in NODES.items():
         nodes[node_id] = start(node_factory, node_id, listen=listen,
                                connect=[inter_router_port(nodes[d]) for d in dials],
-                               sections=mesh_brokers.get(node_id))
+                               sections={**policy, **(mesh_brokers.get(node_id) or {})})
     wait_until(lambda: converged(list(nodes.values())), 10.0, "the four nodes reaching each other")
     for n in nodes.values():
         assert mesh_view(n)["costs"] == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
-    return nodes
+    if request.param == "policy":
+        _probe_policy(nodes)
+    yield nodes
+    if request.param == "policy":
+        _no_other_denials(nodes)
+
+
+def _probe_policy(nodes: dict) -> None:
+    """The policy is in force on every node: outside openstack.org/om/, or the anonymous relay, refused."""
+    for n in nodes.values():
+        c = Client(n.url)
+        links = [c.receiver("not-openstack/probe", wait=False), c.sender("not-openstack/probe", wait=False),
+                 c.sender(None, wait=False)]
+        wait_for(lambda links=links: all(link.remote_closed for link in links), what="the policy's refusals")
+        assert all(link.remote_condition.name == "amqp:unauthorized-access" for link in links)
+        c.close()
+
+
+def _no_other_denials(nodes: dict) -> None:
+    """The driver never ran into the policy: each node's only refusals are the probe's three links."""
+    monitor = Requester(AuthClient(nodes["A"].url, hostname="monitor.test"))
+    for node_id in nodes:
+        rows = {row["group"]: row for row in monitor.query("policy", node_id)}
+        om = rows["om"]
+        assert (om["connectionsDenied"], om["sessionsDenied"], om["linksDenied"], om["messagesDenied"]) == \
+            (0, 0, 3, 0), f"node {node_id} refused the driver something: {om}"
+        assert om["connectionsOpened"] >= 1
 
 
 class ServerProcess:
