@@ -126,3 +126,26 @@ def test_a_topology_copies_its_policy_into_every_node_and_names_the_topology_key
         load_topology(path)
     assert (info.value.key_path, info.value.problem) == (
         "policy.default_group", "unknown group 'nobody' (groups: om; or deny)")
+
+
+def _with_policy(policy: dict) -> dict:
+    return {"node": {"id": "A"}, "listeners": [LISTENER], "policy": policy}
+
+
+def test_the_readme_example_is_a_valid_policy() -> None:
+    text = (REPO / "README.md").read_text()
+    block = text.split("**A policy.**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = parse_config(_with_policy(yaml.safe_load(block)["policy"]), "README.md")
+    groups = cfg.policy.groups
+    assert set(groups) == {"openstack", "admins", "monitoring"}
+    assert groups["openstack"].sources == ("openstack.org/om/#",) and groups["admins"].management == "write"
+    assert groups["monitoring"].remote_hosts == ("localhost",) and groups["monitoring"].management == "read"
+
+
+def test_the_commented_policy_of_config_node_yaml_is_valid() -> None:
+    lines = (REPO / "config" / "node.yaml").read_text().splitlines()
+    start = lines.index("# policy:")
+    block = "\n".join(line[2:] for line in lines[start:] if line.startswith("# ") or line == "#")
+    cfg = parse_config(_with_policy(yaml.safe_load(block)["policy"]), "config/node.yaml")
+    assert set(cfg.policy.groups) == {"openstack", "admins", "monitoring"}
+    assert set(cfg.policy.vhosts) == {"tenant-a.example"}
