@@ -20,6 +20,7 @@ import logging
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
     PN_LOCAL_ACTIVE,
+    PN_LOCAL_CLOSED,
     PN_LOCAL_UNINIT,
     PN_SND_SETTLED,
     pn_condition_get_description,
@@ -179,9 +180,10 @@ class LinkEvents:
             if rec is not None and rec.__class__ is RouterLink:
                 self.engine.mesh_links.up_check(rec.conn)
             return
-        conn = self.conns.get(pn_session_connection(pn_link_session(link)))
-        if conn is None or not conn.alive:
-            return
+        ssn = pn_link_session(link)
+        conn = self.conns.get(pn_session_connection(ssn))
+        if conn is None or not conn.alive or pn_session_state(ssn) & PN_LOCAL_CLOSED:
+            return                              # (a session the node refused: nothing attaches on it)
         self.dirty.add(conn)
         refusal = conn.admit_link(link)         # listener limits (max_links); max-message-size
         if refusal is not None:

@@ -255,3 +255,13 @@ def test_a_policy_with_targets_still_lets_management_requests_through(node_facto
     assert attached(snd)
     condition, _ = refused(c.sender("anything/else", wait=False))
     assert condition == UNAUTHORIZED
+
+
+def test_meshrouter_stat_says_when_management_is_not_allowed(node_factory):
+    from router.management.client import ManagementClient, ManagementUnavailable
+
+    n = node(node_factory, "A", policy={"groups": {"apps": {"users": ["anonymous"], "management": "none"}}})
+    with ManagementClient(n.url, timeout=5) as m, pytest.raises(ManagementUnavailable) as info:
+        m.query("node")
+    assert str(info.value) == ("QUERY to $management: the request was rejected (the node's policy gives this "
+                               "connection no management access)")
