@@ -6,9 +6,9 @@ group restricts `targets`. This measures that the named-link path does not chang
 
 * ``--mode instr``: instructions per message of the measured node (benchmarks/instr_ab.py's rounds under
   callgrind, deterministic), per path, once with each config;
-* ``--mode time``: ``node_bench.py --workloads throughput,rpc`` alternated, A then B, ``--pairs`` times
-  (medians of msg/s and node CPU µs per message; rpc replies go through the anonymous relay, so there B
-  pays the per-message `targets` check).
+* ``--mode time``: ``node_bench.py --workloads throughput,rpc-conc`` alternated, A and B in turn (the order
+  swapped every pair), ``--pairs`` times (medians of msg/s and node CPU µs per message; RPC replies go
+  through the anonymous relay, so there B pays the per-message `targets` check).
 
 The policy (POLICY below) is a realistic one: five groups, the benchmark's clients (anonymous) in a group
 whose `sources` and `targets` are three patterns that allow the benchmark's addresses.
@@ -95,10 +95,12 @@ def bench_config(tmp: Path, policy: bool) -> Path:
     return path
 
 
-def one_run(config: Path, label: str, workloads: str) -> dict[str, tuple[float, float]]:
+def one_run(config: Path, label: str, workloads: str, bench_args: str = "") -> dict[str, tuple[float, float]]:
     """workload -> (msg/s or calls/s, node CPU µs per message) of one node_bench run with `config`."""
     cmd = [sys.executable, str(BENCH_DIR / "node_bench.py"), "--workloads", workloads, "--repeat", "1",
            "--no-direct", "--label", label, "--config", str(config)]
+    if bench_args:
+        cmd += ["--bench-args", bench_args]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO)
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("Results: ")), None)
     if out.returncode != 0 or line is None:
@@ -114,8 +116,8 @@ def timing(a: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="policy-ab-") as tmpdir:
         configs = {"plain": bench_config(Path(tmpdir), False), "policy": bench_config(Path(tmpdir), True)}
         for i in range(a.pairs):
-            for label in ("plain", "policy"):
-                for w, r in one_run(configs[label], f"policy-ab-{label}", a.workloads).items():
+            for label in ("plain", "policy") if i % 2 == 0 else ("policy", "plain"):    # alternate the order
+                for w, r in one_run(configs[label], f"policy-ab-{label}", a.workloads, a.bench_args).items():
                     runs[label].setdefault(w, []).append(r)
                     print(f"pair {i + 1} {label:6} {w}: {r[0]:,.0f} msg/s, {r[1]:.2f} µs/msg", flush=True)
     rows = []
@@ -141,7 +143,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=2000, help="instr: messages before measuring")
     ap.add_argument("--rounds", type=int, default=1, help="instr: rounds per config (lowest kept)")
     ap.add_argument("--pairs", type=int, default=5, help="time: A/B pairs")
-    ap.add_argument("--workloads", default="throughput,rpc", help="time: node_bench workloads")
+    ap.add_argument("--workloads", default="throughput,rpc-conc", help="time: node_bench workloads")
+    ap.add_argument("--bench-args", default="", help="time: passed on to run_bench.py (node_bench)")
     a = ap.parse_args()
     if a.mode == "instr" and not instr_ab.AMQPBENCH.exists():
         raise SystemExit("build the load generator first: benchmarks/node_bench.py builds benchmarks/build/")

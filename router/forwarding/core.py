@@ -6,7 +6,7 @@ batch of events). What drives it, and what it answers:
 ==========================================  ====================================================
 event (the adapter calls)                   decision (returned, or taken later)
 ==========================================  ====================================================
-`attach_consumer` / `attach_producer`       the link's record, or a `Refusal`
+`attach_consumer` / `attach_producer`       the link's record, or a `Refusal` (authorization: `policy`)
 `consumer_credit` / `consumer_flow`         whether to answer a drain now; credit for producers
 `route` / `route_mesh` / `route_stream`      a consumer, or ``(kind, target, dest)``: decisions.py
 `sent` / `sent_copy` / `sent_presettled`    the send mode (one table for every path)
@@ -25,6 +25,10 @@ records.py the records. Link and delivery handles are opaque objects owned by th
 keys tables by them.
 The one thing it asks the adapter is `backlog(handle)` (deliveries on a consumer's link not yet on the
 wire), and only for a consumer with many unsettled deliveries (router.forwarding.distribution).
+
+Authorization at attach is the core's `policy` (router.policy.engine.Policy): the reserved-address rules
+with or without a configured policy, a group's rules with one; an attach to a `$management` address is
+given the address of the agent for the connection's management level (router.policy.reserved).
 
 Counters (per address: ingress / egress / transit; per link: delivered, pre-settled, outcomes; per node:
 pre-settled, dropped, unroutable, hop-limit, delayed) are kept here, where the decisions are made, as

@@ -59,7 +59,7 @@ class Denials:
         if len(self._logged) >= MAX_HOSTS:
             self._forget(now)
         more = f" (and {left_out} more denials from {host} not logged)" if left_out else ""
-        log.warning("policy: %s refused for %s from %s (listener %s, vhost %s, group %s): %s%s",
+        log.warning("%s refused: user %s from %s (listener %s, vhost %s, group %s): %s%s",
                     kind.rstrip("s"), user, host or "?", listener or "-", vhost, group, problem, more)
         self._logged[host] = (now, 0)
 

@@ -183,9 +183,16 @@ class Policy:
     # ---- anonymous relay --------------------------------------------------------------------------------
     def relay(self, access: Access, key: str) -> tuple[str | None, str | None]:
         """May an anonymous-relay message from `access` go to routing key `key`? (the key to route by,
-        None) or (None, why not). Asked only when `access.check_relay` or `key` holds a `$`."""
+        None) or (None, why not). Asked only when `access.check_relay` or `key` holds a `$`: a check per
+        message, so the common answers come first (an allowed address; a reply address)."""
         if access.trusted:
             return key, None
+        if not key.startswith("_topo/"):
+            targets = access.targets
+            if targets is None or targets(key) is not None:
+                return key, None
+        elif "$" not in key:
+            return key, None            # a reply address, or another _topo/ one (which leads nowhere)
         routed, problem = self._target(access, key)
         if problem is not None:
             return None, self._deny(access, "messages", problem)

@@ -19,7 +19,7 @@ from tests.integration import helpers
 from tests.integration.helpers import DEFAULT_TIMEOUT, Client, ReceiverLink, SenderLink, parse_url, wait_for
 from tests.system.meshkit import HELLO, converged, inter_router_port, wait_until
 
-LISTENING = re.compile(r"^listening: role=normal url=(?P<url>amqp://\S+)$")
+LISTENING = re.compile(r"^listening: role=normal url=(?P<url>amqps?://\S+)$")
 RULES = (("multicast", "multicast"), ("closest", "closest"), ("balanced", "balanced"))
 
 

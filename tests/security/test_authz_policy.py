@@ -232,7 +232,7 @@ def test_denials_are_counted_per_listener_and_group_and_logged_once_a_second(nod
     rows = {r["identity"]: r for r in Requester(login(n.url, "bob")).query("policy")}
     row = rows[f"{listener} default om"]
     assert (row["linksDenied"], row["connectionCount"], row["connectionsDenied"]) == (21, 1, 0)
-    lines = [ln for ln in n.stderr_tail(400).splitlines() if "policy: link refused for alice" in ln]
+    lines = [ln for ln in n.stderr_tail(400).splitlines() if "link refused: user alice from 127.0.0.1" in ln]
     assert len(lines) == 2, lines
     assert "(and 19 more denials from 127.0.0.1 not logged)" in lines[1]
     url = next(m["url"] for ln in n.stdout_lines if (m := METRICS_RE.match(ln)))
@@ -265,3 +265,23 @@ def test_meshrouter_stat_says_when_management_is_not_allowed(node_factory):
         m.query("node")
     assert str(info.value) == ("QUERY to $management: the request was rejected (the node's policy gives this "
                                "connection no management access)")
+
+
+def test_an_external_certificate_subject_is_a_user(node_factory, pki):
+    from proton.utils import LinkDetached
+
+    from tests.security.clients import client_tls, connect
+
+    policy = {"groups": {"certs": {"users": [pki.client.subject], "sources": ["certs/${user}/#"],
+                                   "management": "redacted"}}}
+    tls = {"cert": pki.server.cert, "key": pki.server.key, "ca": pki.ca, "require_client_cert": True}
+    n = node(node_factory, "A", listeners=[{}, {"tls": tls, "sasl": {"mechanisms": ["EXTERNAL"]}}],
+             policy=policy)
+    c = connect(urls(n)[1], tls=client_tls(pki.ca, pki.client.cert, pki.client.key), mechs="EXTERNAL")
+    try:
+        c.create_receiver(f"certs/{pki.client.subject}/inbox")
+        with pytest.raises(LinkDetached) as info:
+            c.create_receiver("certs/someone-else/inbox")
+        assert UNAUTHORIZED in str(info.value) and "group 'certs'" in str(info.value)
+    finally:
+        c.close()
