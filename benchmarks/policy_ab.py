@@ -119,7 +119,7 @@ def timing(a: argparse.Namespace) -> dict:
             for label in ("plain", "policy") if i % 2 == 0 else ("policy", "plain"):    # alternate the order
                 for w, r in one_run(configs[label], f"policy-ab-{label}", a.workloads, a.bench_args).items():
                     runs[label].setdefault(w, []).append(r)
-                    print(f"pair {i + 1} {label:6} {w}: {r[0]:,.0f} msg/s, {r[1]:.2f} µs/msg", flush=True)
+                    print(f"pair {i + 1} {label:6} {w}: {r[0]:,.0f}/s, {r[1]:.2f} µs/msg", flush=True)
     rows = []
     for w in a.workloads.split(","):
         med = {label: (statistics.median(r[0] for r in runs[label][w]),
@@ -128,8 +128,8 @@ def timing(a: argparse.Namespace) -> dict:
                      "rate_ratio": med["policy"][0] / med["plain"][0],
                      "cpu_ratio": med["policy"][1] / med["plain"][1],
                      "runs": {k: v[w] for k, v in runs.items()}})
-        print(f"{w}: without {med['plain'][0]:,.0f} msg/s {med['plain'][1]:.2f} µs/msg; with a policy "
-              f"{med['policy'][0]:,.0f} msg/s {med['policy'][1]:.2f} µs/msg "
+        print(f"{w}: without {med['plain'][0]:,.0f}/s {med['plain'][1]:.2f} µs/msg; with a policy "
+              f"{med['policy'][0]:,.0f}/s {med['policy'][1]:.2f} µs/msg "
               f"(rate {rows[-1]['rate_ratio']:.3f}, CPU {rows[-1]['cpu_ratio']:.3f})", flush=True)
     return {"pairs": a.pairs, "rows": rows}
 
