@@ -86,10 +86,10 @@ class PolicyGroup:
                                                   "addresses)", True)
     allow_anonymous_sender: bool = declare(boolean, "may attach senders with no target (anonymous relay)",
                                            True)
-    max_connections_per_user: int | None = declare(_limit, "connections of one user at once (this vhost)",
-                                                   None)
-    max_connections_per_host: int | None = declare(_limit, "connections from one remote host at once (this "
-                                                          "vhost, this group)", None)
+    max_connections_per_user: int | None = declare(_limit, "connections of one user open at once in this "
+                                                          "group, on this node", None)
+    max_connections_per_host: int | None = declare(_limit, "connections from one remote host open at once in "
+                                                          "this group, on this node", None)
     max_senders: int | None = declare(_limit, "sending links per connection", None)
     max_receivers: int | None = declare(_limit, "receiving links per connection", None)
     max_sessions: int | None = declare(int_in(1, 65536), "sessions per connection", None)
