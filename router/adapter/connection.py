@@ -24,6 +24,7 @@ from cproton_ffi.lib import (
     pn_connection_properties,
     pn_connection_release,
     pn_connection_remote_container,
+    pn_connection_remote_hostname,
     pn_connection_set_container,
     pn_connection_state,
     pn_data_enter,
@@ -101,7 +102,7 @@ class Connection:
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
-                 "ssl", "listener", "max_message_size", "max_links")
+                 "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -122,6 +123,9 @@ class Connection:
         self.listener: str | None = None           # "host:port" of the listener that accepted it
         self.max_message_size = UNLIMITED          # bigger transfers are rejected (engine)
         self.max_links = UNLIMITED                 # client links beyond this are refused (admit_link)
+        # authorization (router.policy): the listener's forced vhost; the grant resolved at the Open
+        self.policy_vhost: str | None = None
+        self.access: object = None                 # router.policy.access.Access once the Open arrived
         self.alive = True
         self.want_write = False
         self.input_closed = False      # no more input will be read (peer closed, or decode error)
@@ -271,6 +275,14 @@ class Connection:
         return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
 
     @property
+    def remote_hostname(self) -> str | None:
+        """The hostname the peer's Open gave (its vhost, for the policy), None if it gave none."""
+        if self.pn_conn is None:
+            return None
+        p = pn_connection_remote_hostname(self.pn_conn)
+        return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
+
+    @property
     def authenticated(self) -> bool:
         """SASL succeeded with a mechanism other than none (ANONYMOUS counts, as in Proton)."""
         return self.pn_transport is not None and bool(pn_transport_is_authenticated(self.pn_transport))
@@ -293,7 +305,11 @@ class Connection:
         return ffi.string(p).decode("ascii", "replace") if p != ffi.NULL else None
 
     def free(self) -> None:
-        """Release the Proton objects (call once, after the connection left every table)."""
+        """Release the Proton objects (call once, after the connection left every table), and the
+        connection's place in its policy's per-user and per-host counts."""
+        access = self.access
+        if access is not None and access.counted:
+            access.release()
         pn_transport_unbind(self.pn_transport)
         pn_decref(self.pn_transport)
         pn_connection_release(self.pn_conn)

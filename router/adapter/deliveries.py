@@ -5,7 +5,10 @@ buffer, ask the core (`route` -> TO_ONE and a consumer), send the same bytes on 
 and tell the core (`sent`, which answers with the send mode). When the consumer settles, `settle` pops the
 in-flight entry and its outcome (with details) is copied back to the producer's delivery. Bodies are never
 decoded; only anonymous-relay transfers are scanned for `to`, and transfers from peers for their router
-annotations (router.amqp.annotations).
+annotations (router.amqp.annotations). An anonymous-relay message's `to` is checked against the policy
+(router.policy: a `$management` request goes to the agent's address for the sender's management level,
+other `$` services are refused, and `targets` when the sender's group restricts them); a named link was
+checked once, at attach.
 
 Every path applies the core's decisions the same way: a send mode other than TRACKED settles the copy on
 the way out (`_settled_on_the_way`); a HOLD keeps the bytes until the consumer's stream ends
@@ -213,7 +216,14 @@ class Deliveries:
             self._reject(d, p, presettled, Rejection(b"amqp:precondition-failed",
                                                      b"anonymous relay: the message has no 'to' address"))
             return None
-        return address_key(to, self.node_id)
+        key = address_key(to, self.node_id)
+        access = p.conn.access
+        if access is not None and (access.check_relay or "$" in key):
+            key, problem = self.core.policy.relay(access, key)   # targets; $management by level
+            if problem is not None:
+                self._reject(d, p, presettled, Rejection(UNAUTHORIZED, problem.encode()))
+                return None
+        return key
 
     # ---- across the mesh -----------------------------------------------------------------------------
     def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
@@ -474,5 +484,6 @@ class Deliveries:
             self.dirty.add(p.conn)
 
 
+UNAUTHORIZED = b"amqp:unauthorized-access"
 UNREADABLE = Rejection(b"amqp:decode-error", b"unreadable message or router annotations")
 NO_PROPERTIES = Rejection(b"amqp:decode-error", b"cannot read the message properties")

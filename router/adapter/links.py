@@ -4,6 +4,13 @@ The core decides whether a link is accepted (`RouterCore.attach_consumer` / `att
 link's record or a `Refusal`) and what happens to the deliveries a lost consumer leaves
 (`RouterCore.detach_consumer`: RELEASED if never on the wire, else MODIFIED); this module reads the
 attach from Proton, applies the listener's link limits and carries the decisions out.
+
+Authorization (router.policy) is decided by the core's policy and applied here: a client connection's
+Open is answered only once its group is resolved (`Policy.open`: its `Access` is kept on the connection,
+or the Open is answered with a Close `amqp:unauthorized-access`); a Begin beyond the group's
+`max_sessions` is ended with that condition; every attach passes the connection's access to the core,
+and the link counts the core compares with `max_senders` / `max_receivers` are kept as links come and go.
+The node's in-process clients (`conn.internal`) are trusted; inter-router connections are peers.
 """
 
 from __future__ import annotations
@@ -13,11 +20,14 @@ import logging
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
     PN_LOCAL_ACTIVE,
+    PN_LOCAL_CLOSED,
     PN_LOCAL_UNINIT,
     PN_SND_SETTLED,
     pn_condition_get_description,
     pn_condition_get_name,
     pn_condition_is_set,
+    pn_condition_set_description,
+    pn_condition_set_name,
     pn_connection_close,
     pn_connection_open,
     pn_connection_state,
@@ -41,6 +51,7 @@ from cproton_ffi.lib import (
     pn_link_state,
     pn_link_target,
     pn_session_close,
+    pn_session_condition,
     pn_session_connection,
     pn_session_open,
     pn_session_set_incoming_capacity,
@@ -57,6 +68,10 @@ from router.adapter.outcomes import NodeOutcome
 from router.adapter.routerlinks import RouterLink
 from router.forwarding.decisions import Refusal
 from router.forwarding.records import MODIFIED, Consumer, Producer
+from router.policy.access import TRUSTED
+from router.policy.engine import Peer
+
+UNAUTHORIZED = b"amqp:unauthorized-access"
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +89,33 @@ class LinkEvents:
     # ---- connections and sessions ----------------------------------------------------------------------
     def on_connection_open(self, ev: object) -> None:
         c = pn_event_connection(ev)
-        if pn_connection_state(c) & PN_LOCAL_UNINIT:
-            pn_connection_open(c)
         conn = self.conns.get(c)
+        if pn_connection_state(c) & PN_LOCAL_UNINIT:
+            if conn is not None and conn.role == "normal" and not self._admit(conn):
+                return
+            pn_connection_open(c)
         if conn is not None:
             self.dirty.add(conn)
             if conn.role == "inter-router" and conn.router is None:
                 self.engine.mesh_links.connection_opened(conn)
+
+    def _admit(self, conn: object) -> bool:
+        """Resolve a client connection's access at its Open (SASL is done); False: refused, closing."""
+        if conn.internal:
+            conn.access = TRUSTED
+            return True
+        result = self.core.policy.open(Peer(conn.user, conn.sasl_mechanism, conn.peer, conn.listener,
+                                            conn.remote_hostname, conn.policy_vhost))
+        if result.__class__ is str:
+            conn.refuse(UNAUTHORIZED, result.encode())
+            conn.input_closed = True        # read nothing more; the socket goes once the Close is written
+            self.dirty.add(conn)
+            return False
+        conn.access = result
+        g = result.group
+        if g is not None and g.max_message_size is not None and g.max_message_size < conn.max_message_size:
+            conn.max_message_size = g.max_message_size
+        return True
 
     def on_connection_close(self, ev: object) -> None:
         conn = self.conns.get(pn_event_connection(ev))
@@ -93,10 +128,21 @@ class LinkEvents:
 
     def on_session_open(self, ev: object) -> None:
         ssn = pn_event_session(ev)
+        conn = self.conns.get(pn_session_connection(ssn))
         if pn_session_state(ssn) & PN_LOCAL_UNINIT:
+            access = conn.access if conn is not None else None
+            if access is not None and access.group is not None:
+                problem = self.core.policy.session(access, len(conn.sessions))
+                if problem is not None:
+                    cond = pn_session_condition(ssn)
+                    pn_condition_set_name(cond, UNAUTHORIZED)
+                    pn_condition_set_description(cond, problem.encode())
+                    pn_session_open(ssn)
+                    pn_session_close(ssn)
+                    self.dirty.add(conn)
+                    return
             pn_session_set_incoming_capacity(ssn, SESSION_CAPACITY)
             pn_session_open(ssn)
-        conn = self.conns.get(pn_session_connection(ssn))
         if conn is not None:
             conn.sessions.append(ssn)
             self.dirty.add(conn)
@@ -134,9 +180,10 @@ class LinkEvents:
             if rec is not None and rec.__class__ is RouterLink:
                 self.engine.mesh_links.up_check(rec.conn)
             return
-        conn = self.conns.get(pn_session_connection(pn_link_session(link)))
-        if conn is None or not conn.alive:
-            return
+        ssn = pn_link_session(link)
+        conn = self.conns.get(pn_session_connection(ssn))
+        if conn is None or not conn.alive or pn_session_state(ssn) & PN_LOCAL_CLOSED:
+            return                              # (a session the node refused: nothing attaches on it)
         self.dirty.add(conn)
         refusal = conn.admit_link(link)         # listener limits (max_links); max-message-size
         if refusal is not None:
@@ -156,7 +203,7 @@ class LinkEvents:
         src = pn_link_remote_source(link)
         dynamic = bool(pn_terminus_is_dynamic(src))
         rec = self.core.attach_consumer(link, conn, None if dynamic else terminus_address(src), dynamic,
-                                        pn_link_remote_snd_settle_mode(link) == PN_SND_SETTLED)
+                                        pn_link_remote_snd_settle_mode(link) == PN_SND_SETTLED, conn.access)
         if rec.__class__ is Refusal:
             refuse(link, rec.condition.encode(), rec.description.encode())
             return
@@ -172,7 +219,8 @@ class LinkEvents:
         """A client sender attached: it sends to its target address (none: anonymous relay)."""
         tgt = pn_link_remote_target(link)
         dynamic = bool(pn_terminus_is_dynamic(tgt))
-        rec = self.core.attach_producer(link, conn, None if dynamic else terminus_address(tgt), dynamic)
+        rec = self.core.attach_producer(link, conn, None if dynamic else terminus_address(tgt), dynamic,
+                                        conn.access)
         if rec.__class__ is Refusal:
             refuse(link, rec.condition.encode(), rec.description.encode())
             return
@@ -181,6 +229,9 @@ class LinkEvents:
     def _opened(self, link: object, conn: object, rec: Consumer | Producer, key: str | None) -> None:
         self.links[link] = rec
         conn.links.add(link)
+        access = conn.access
+        if access is not None and access.group is not None:
+            access.link_opened(rec.__class__ is Consumer)
         pn_link_open(link)
         log.debug("%s attached to %s from %s", "consumer" if rec.__class__ is Consumer else "producer",
                   key or "<anonymous>", conn.peer)
@@ -211,6 +262,9 @@ class LinkEvents:
             return
         if self.obs is not None:
             self.obs.event("link_down", link, rec.address.key if rec.address else None, rec.conn.peer)
+        access = rec.conn.access
+        if access is not None and access.group is not None:
+            access.link_closed(cls is Consumer)
         if cls is Consumer:
             self._drop_consumer(rec, link, conn_alive)
             if rec.peer is not None:

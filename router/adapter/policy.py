@@ -58,6 +58,7 @@ class ConnectionPolicy:
     channel_max: int | None = None
     max_message_size: int = UNLIMITED
     max_links: int = UNLIMITED
+    vhost: str | None = None               # the listener's policy_vhost (router.policy)
 
     def apply(self, conn: object) -> None:
         """Configure a new connection's transport (before its first byte) and its limits."""
@@ -83,6 +84,7 @@ class ConnectionPolicy:
         conn.listener = self.listener
         conn.max_message_size = self.max_message_size
         conn.max_links = self.max_links
+        conn.policy_vhost = self.vhost
 
 
 def _password(path: str | None) -> str | None:
@@ -103,7 +105,7 @@ def listener_policy(lc: ListenerConfig, name: str, node_idle_timeout: float, loo
                          idle_timeout=node_idle_timeout if lc.idle_timeout is None else lc.idle_timeout,
                          channel_max=lc.max_sessions - 1 if lc.max_sessions is not None else None,
                          max_message_size=lc.max_message_size or UNLIMITED,
-                         max_links=lc.max_links or UNLIMITED)
+                         max_links=lc.max_links or UNLIMITED, vhost=lc.policy_vhost)
     tls, sasl = lc.tls, lc.sasl
     if tls is not None:
         try:

@@ -30,7 +30,7 @@ from cproton_ffi.lib import (
     pn_session_outgoing_bytes,
 )
 
-from router.adapter.outcomes import NO_TO, NodeOutcome, OutcomeSnapshot, oversize
+from router.adapter.outcomes import NO_TO, NodeOutcome, OutcomeSnapshot, Rejection, oversize
 from router.addressing import address_key
 from router.amqp.annotations import AnnotationLayout, RouterAnnotations
 from router.amqp.codec import IncompleteError, MalformedError, scan_message
@@ -179,6 +179,13 @@ class Streams:
                 self._sink(s, REJECTED)
                 return False
             key = address_key(info.to, self.node_id)
+            access = p.conn.access
+            if access is not None and (access.check_relay or "$" in key):
+                key, problem = core.policy.relay(access, key)     # as Deliveries._anonymous_key
+                if problem is not None:
+                    self._sink(s, REJECTED)
+                    s.final = Rejection(b"amqp:unauthorized-access", problem.encode())
+                    return False
             a = core.resolve(key)
         if a is None:
             self._sink(s, RELEASED, key, ann)

@@ -50,6 +50,7 @@ class Check:
     accepts: str
     keys: type | None = None   # the value is a mapping with the keys of this dataclass ...
     many: bool = False         # ... or a list of such mappings
+    named: bool = False        # ... or a mapping of names to such mappings
 
     def __call__(self, value: Any, path: str) -> Any:
         return self.fn(value, path)

@@ -16,6 +16,7 @@ from router.config.brokers import check_brokers
 from router.config.checks import first_duplicate
 from router.config.keys import Invalid, layout, read, type_name
 from router.config.model import NodeConfig
+from router.config.policy import check_policy
 from router.config.secure import Files, one_sasldb, secure_connector, secure_listener
 
 
@@ -94,6 +95,7 @@ def _build(data: object, source: str) -> NodeConfig:
     if flux > ra:
         raise Invalid("router.ra_interval_flux",
                       f"must not exceed router.ra_interval ({ra:g}), got {flux:g}")
+    check_policy(config.policy, listeners)
     check_brokers(config.brokers, [(r.prefix, r.distribution) for r in config.address_rules],
                   config.default_distribution)
     return dataclasses.replace(config, listeners=tuple(listeners), connectors=tuple(connectors))

@@ -16,6 +16,7 @@ from types import MappingProxyType
 from router.config import checks as c
 from router.config.brokers import BrokerConfig
 from router.config.keys import Check, Invalid, declare, join, section
+from router.config.policy import POLICY, PolicyConfig
 from router.config.telemetry import TelemetryConfig
 from router.defaults import (
     HELLO_INTERVAL,
@@ -107,6 +108,9 @@ class ListenerConfig:
     idle_timeout: float | None = declare(
         _seconds, "idle timeout of this listener's connections; 0 disables it", None,
         show="`node.idle_timeout`")
+    policy_vhost: str | None = declare(
+        c.host, "the `policy:` vhost of this listener's connections, whatever their Open's hostname "
+                "(`default`: the top-level groups)", None, show="by the Open's hostname")
 
 
 @dataclass(frozen=True)
@@ -248,6 +252,9 @@ class NodeConfig:
     metrics: MetricsConfig | None = declare(
         section(MetricsConfig), "serve Prometheus metrics over HTTP at `/metrics`; `metrics: {}` turns it "
                                 "on with the defaults", None)
+    policy: PolicyConfig | None = declare(
+        POLICY, "who may connect, receive from and send to what, and manage the node (see Security); "
+                "absent: only the reserved-address rules", None)
     source: str = "<memory>"
 
     def __post_init__(self) -> None:

@@ -26,20 +26,32 @@ END = "<!-- end of the generated configuration reference -->"
 HEADER = ("key", "type", "default", "meaning")
 
 
-def rows(cls: type = NodeConfig, prefix: str = "") -> Iterator[tuple[str, str, str, str]]:
-    """(key path, type, default, doc) of every key of ``cls`` and of the mappings nested in it."""
+def rows(cls: type = NodeConfig, prefix: str = "",
+         named: dict[type, str] | None = None) -> Iterator[tuple[str, str, str, str]]:
+    """(key path, type, default, doc) of every key of ``cls`` and of the mappings nested in it. A mapping of
+    names to sections (``policy.groups.<name>``) is expanded once; where the same section comes again,
+    its row says where its keys are listed (`named`: section -> path, so far)."""
+    named = {} if named is None else named
     for name, item in layout(cls).items():
         if isinstance(item, Slot):
-            yield from _slot_rows(prefix + name, item)
+            yield from _slot_rows(prefix + name, item, named)
         else:
             for sub, slot in item.items():
-                yield from _slot_rows(f"{prefix}{name}.{sub}", slot)
+                yield from _slot_rows(f"{prefix}{name}.{sub}", slot, named)
 
 
-def _slot_rows(path: str, slot: Slot) -> Iterator[tuple[str, str, str, str]]:
+def _slot_rows(path: str, slot: Slot, named: dict[type, str]) -> Iterator[tuple[str, str, str, str]]:
     check = slot.key.check
     if check.many:
         path += "[]"
+    if check.named and check.keys is not None:
+        listed = named.get(check.keys)
+        doc = slot.key.doc if listed is None else f"{slot.key.doc}; the keys of `{listed}`"
+        yield path, check.accepts, _default(slot), doc
+        if listed is None:
+            named[check.keys] = path + ".<name>"
+            yield from rows(check.keys, path + ".<name>.", named)
+        return
     yield path, check.accepts, _default(slot), slot.key.doc
     if check.keys is None:
         return
@@ -58,6 +70,8 @@ def _default(slot: Slot) -> str:
         return slot.key.show
     if slot.required:
         return "required"
+    if slot.key.check.named:
+        return "none"
     value = slot.default
     if value is None:
         return "absent" if slot.key.check.keys is not None else "none"

@@ -6,7 +6,7 @@ batch of events). What drives it, and what it answers:
 ==========================================  ====================================================
 event (the adapter calls)                   decision (returned, or taken later)
 ==========================================  ====================================================
-`attach_consumer` / `attach_producer`       the link's record, or a `Refusal`
+`attach_consumer` / `attach_producer`       the link's record, or a `Refusal` (authorization: `policy`)
 `consumer_credit` / `consumer_flow`         whether to answer a drain now; credit for producers
 `route` / `route_mesh` / `route_stream`      a consumer, or ``(kind, target, dest)``: decisions.py
 `sent` / `sent_copy` / `sent_presettled`    the send mode (one table for every path)
@@ -23,13 +23,16 @@ The core is built in layers of one concern each: the address table and the mesh 
 (router.forwarding.table), the settlement tracker (router.forwarding.settlement: in-flight entries, held
 deliveries, multicast groups, the counters), and this module (the events of links and deliveries and
 their decisions); it uses the credit ledger (router.forwarding.credit) and the choice of destinations
-(router.forwarding.distribution); decisions.py lists the decisions and records.py the records. Link and delivery handles are opaque objects owned by the adapter; the core only
-keys tables by them.
-The one thing it asks the adapter is `backlog(handle)` (deliveries on a consumer's link not yet on the
+(router.forwarding.distribution); decisions.py lists the decisions and records.py the records. Link and
+delivery handles are opaque objects owned by the adapter; the core only keys tables by them. The one thing it asks the adapter is `backlog(handle)` (deliveries on a consumer's link not yet on the
 wire), and only for a consumer with many unsettled deliveries (router.forwarding.distribution).
 
+Authorization at attach is the core's `policy` (router.policy.engine.Policy): the reserved-address rules
+with or without a configured policy, a group's rules with one; an attach to a `$management` address is
+given the address of the agent for the connection's management level (router.policy.reserved).
+
 Counters (per address: ingress / egress / transit; per link: delivered, pre-settled, outcomes; per node:
-pre-settled, dropped, unroutable, hop-limit, delayed) are kept here, where the decisions are made, as
+pre-settled, dropped, unroutable, hop-limit, delayed) are kept where the decisions are made (here and in settlement.py), as
 plain integer increments; management reads them.
 
 The hot path (route / sent / settle of a single-frame delivery between two clients) is written for speed:
@@ -69,6 +72,10 @@ from router.forwarding.records import (
     RemoteDest,
 )
 from router.forwarding.settlement import Settlement
+from router.policy.access import Access
+from router.policy.engine import Policy
+
+UNAUTHORIZED = "amqp:unauthorized-access"   # the condition of every refusal by policy
 
 __all__ = ["ACCEPTED", "MODIFIED", "REJECTED", "RELEASED", "TERMINAL", "Address", "Consumer", "Held",
            "InFlight", "McastGroup", "Producer", "RemoteDest", "RouterCore"]
@@ -79,37 +86,58 @@ class RouterCore(Settlement):
 
     def __init__(self, node_id: str, rules: AddressRules, capacity: int = LINK_CAPACITY,
                  rng: random.Random | None = None, backlog: Backlog | None = None,
-                 backlog_limit: int = 32) -> None:
+                 backlog_limit: int = 32, policy: Policy | None = None) -> None:
         super().__init__(node_id, rules, CreditLedger(capacity), rng)
         self.capacity = capacity
         # backlog(consumer.handle) -> deliveries handed to that link but not yet on the wire; a consumer
         # with a backlog over the limit is skipped while another consumer can take the delivery
         self.backlog = backlog or (lambda handle: 0)
         self.backlog_limit = backlog_limit
+        # authorization at attach (router.policy): the reserved-address rules always, a policy's if any
+        self.policy = policy if policy is not None else Policy()
+        self.policy.clock = lambda: self.now
 
     # ---- attach -------------------------------------------------------------------------------------------
     def attach_consumer(self, handle: object, conn: object, source: str | None, dynamic: bool = False,
-                        at_most_once: bool = False) -> Consumer | Refusal:
+                        at_most_once: bool = False, access: Access | None = None) -> Consumer | Refusal:
         """A receiver attached (we send to it). `source` is None when it is not valid UTF-8; a dynamic
-        source gets a fresh node-scoped address (the consumer's `name`)."""
+        source gets a fresh node-scoped address (the consumer's `name`). `access` is the connection's
+        grant (router.policy; None: a client without a policy): reserved addresses (rules 1 and 2) and
+        the group's `sources`, `allow_dynamic_source` and `max_receivers` are checked here."""
         if dynamic:
+            problem = self.policy.receive(access, None, True)
+            if problem is not None:
+                return Refusal(UNAUTHORIZED, problem)
             source = self.new_dynamic_address()
         elif source is None:
             return Refusal("amqp:invalid-field", "the source address is not valid UTF-8")
-        elif not address_key(source, self.node_id):     # also "/", "amqp:/": no address at all
-            return Refusal("amqp:invalid-field", "a receiving link needs a source address")
+        else:
+            key = address_key(source, self.node_id)
+            if not key:                                     # also "/", "amqp:/": no address at all
+                return Refusal("amqp:invalid-field", "a receiving link needs a source address")
+            problem = self.policy.receive(access, key)
+            if problem is not None:
+                return Refusal(UNAUTHORIZED, problem)
         c = self.add_consumer(handle, conn, source)
         c.presettle = at_most_once
         return c
 
     def attach_producer(self, handle: object, conn: object, target: str | None,
-                        dynamic: bool = False) -> Producer | Refusal:
-        """A sender attached: to `target`, or the anonymous relay when it is empty."""
+                        dynamic: bool = False, access: Access | None = None) -> Producer | Refusal:
+        """A sender attached: to `target`, or the anonymous relay when it is empty. `access` as for
+        `attach_consumer`: a management agent's address is routed to the agent's address for the
+        connection's management level (router.policy.reserved), other `$` services are refused, the
+        group's `targets`, `allow_anonymous_sender` and `max_senders` are checked."""
         if dynamic:
             return Refusal("amqp:not-implemented", "dynamic targets are not supported")
         if target is None:
             return Refusal("amqp:invalid-field", "the target address is not valid UTF-8")
-        return self.add_producer(handle, conn, target or None)
+        routed, problem = self.policy.send(access, address_key(target, self.node_id) if target else None)
+        if problem is not None:
+            return Refusal(UNAUTHORIZED, problem)
+        p = self.add_producer(handle, conn, routed or target or None)
+        p.name = target
+        return p
 
     def add_consumer(self, handle: object, conn: object, source: str) -> Consumer:
         a = self._address(source)

@@ -6,6 +6,12 @@ sent to `_topo/0/<node>/$management` is routed to that node by id, and the respo
 request's `reply_to` through the anonymous relay. `$management` is node-local (never advertised), so
 each node answers for itself. Requests are decoded and answers encoded by the node's own codec
 (router.amqp.message); the answers come from router.management.requests.
+
+Access levels: the agent consumes one address per level (router.policy.reserved): `$management`
+(``redacted``), `$management/read` and `$management/write`. A client's request to any node's
+`$management` is routed by its ingress node to the address of the level that node granted the client
+(router.policy), so the receiver a request arrives on is its level, and `EntityView`
+(router.management.access) shows the entities as that level allows.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from router.adapter.inprocess import ACCEPTED, REJECTED, NodeConnection
 from router.adapter.routerlinks import RouterLink
 from router.amqp.codec import MalformedError
 from router.amqp.message import decode_message, encode_message
+from router.management.access import EntityView
 from router.management.entities import NodeEntities
 from router.management.requests import INTERNAL, answer
+from router.policy.levels import READ, REDACTED, WRITE
+from router.policy.reserved import agent_addresses
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +49,13 @@ class ManagementAgent:
                  attach: Callable[[socket.socket, str], object]) -> None:
         self.entities = NodeEntities(server)
         self.conn = NodeConnection(loop, attach, "management")
-        self.requests = self.conn.receiver(ADDRESS, _Requests(self))
+        # one receiver per access level: the address a request arrives on is the level it was granted
+        self.receivers = {level: self.conn.receiver(agent_addresses(level), _Requests(self, level))
+                          for level in (REDACTED, READ, WRITE)}
+        self.requests = self.receivers[REDACTED]        # `$management`
         self.replies = self.conn.sender(None, _Replies(self))
-        self.requests.flow(CREDIT)
+        for link in self.receivers.values():
+            link.flow(CREDIT)
         self._waiting: deque[tuple[str, bytes]] = deque()   # (reply_to, encoded answer)
         self.answered = 0
         self.server = server
@@ -63,22 +76,24 @@ class ManagementAgent:
                     rec.zero_credit += elapsed
         self._sampler = self.loop.call_later(SAMPLE_INTERVAL, self._sample)
 
-    def on_request(self, d: object, data: bytes) -> None:
+    def on_request(self, d: object, data: bytes, level: int = REDACTED) -> None:
+        """A request that arrived on the receiver of access `level` (router.policy.levels)."""
         try:
             request = decode_message(data)
         except MalformedError as exc:
             log.warning("management: undecodable request dropped: %s", exc)
             self.conn.settle(d, REJECTED)
-            self._more_credit()
+            self._more_credit(level)
             return
         self.conn.settle(d, ACCEPTED)
-        self._more_credit()
+        self._more_credit(level)
         reply_to, properties = request.reply_to, request.application_properties
         correlation_id = request.correlation_id if request.correlation_id is not None else request.message_id
         if not reply_to:
             log.info("management: request without reply_to dropped")
             return
-        status, description, body = answer(properties, request.body, self.entities)
+        status, description, body = answer(properties, request.body,
+                                           EntityView(self.entities, level, reply_to))
         if status != 200:
             props = properties if isinstance(properties, dict) else {}
             log.info("management: %s %s: %d %s", props.get("operation"), props.get("type"), status,
@@ -92,9 +107,10 @@ class ManagementAgent:
         self.answered += 1
         self._send((reply_to, reply))
 
-    def _more_credit(self) -> None:
-        if self.requests.credit < CREDIT // 2:
-            self.requests.flow(CREDIT - self.requests.credit)
+    def _more_credit(self, level: int) -> None:
+        link = self.receivers[level]
+        if link.credit < CREDIT // 2:
+            link.flow(CREDIT - link.credit)
 
     def _send(self, reply: tuple[str, bytes] | None = None) -> None:
         """Queue ``(reply_to, encoded answer)`` if given; send what credit allows."""
@@ -127,19 +143,21 @@ def _reply(reply_to: str, correlation_id: Any, status: int, description: str, bo
 
 
 class _Requests:
-    """Events of the request link (router.adapter.inprocess.ReceiverEvents)."""
+    """Events of the request link of one access level (router.adapter.inprocess.ReceiverEvents)."""
 
-    def __init__(self, agent: ManagementAgent) -> None:
+    def __init__(self, agent: ManagementAgent, level: int) -> None:
         self.agent = agent
+        self.level = level
 
     def on_message(self, dlv: object, data: bytes, settled: bool) -> None:
-        self.agent.on_request(dlv, data)
+        self.agent.on_request(dlv, data, self.level)
 
     def on_flow(self) -> None:
         pass
 
     def on_link_closed(self) -> None:
-        log.warning("management: the request link was closed (%s)", self.agent.requests.error)
+        log.warning("management: the request link %s was closed (%s)", agent_addresses(self.level),
+                    self.agent.receivers[self.level].error)
 
 
 class _Replies:

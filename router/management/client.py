@@ -142,8 +142,11 @@ class ManagementClient:
             response = self._receive(correlation, f"{operation} on {where}")
         except SendException as exc:
             outcome = _OUTCOMES.get(exc.state, f"state {exc.state}")
+            why = "no agent reachable there"
+            if exc.state == Delivery.REJECTED:
+                why = "the node's policy gives this connection no management access"
             raise ManagementUnavailable(f"{operation} to {address}: the request was {outcome} "
-                                        f"(no agent reachable there)") from None
+                                        f"({why})") from None
         except Timeout:
             raise ManagementTimeout(f"no response to {operation} from {where} within "
                                     f"{self.timeout:g} s") from None

@@ -42,6 +42,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
         "silent", "linkCount", "standby", "waiting", "peakUnconfirmed", "inflightToMesh"),
     "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "settings"),
+    "policy": ("identity", "listener", "vhost", "group", "connectionCount", "connectionsOpened",
+               "connectionsDenied", "sessionsDenied", "linksDenied", "messagesDenied"),
 }
 
 # qdrouterd's names for the same entity types (what qdstat / qdmanage users know)
@@ -71,6 +73,7 @@ class NodeEntities:
             "router-node": self.router_nodes,
             "broker": self.brokers,
             "listener": self.listeners,
+            "policy": self.policy,
         }
 
     def rows(self, entity_type: str) -> list[dict[str, Any]]:
@@ -248,6 +251,18 @@ class NodeEntities:
             settings = {k: v for k, v in _fields(lc) if k not in ("host", "port", "role", "cost")}
             rows.append({"identity": ident, "host": host, "port": port, "role": lc.role, "cost": lc.cost,
                          "connectionCount": counts.get(ident, 0), "settings": settings})
+        return rows
+
+
+    # ---- authorization -----------------------------------------------------------------------------------
+    def policy(self) -> list[dict[str, Any]]:
+        """One row per listener, vhost and group that admitted or refused something (router.policy)."""
+        rows = []
+        for (listener, vhost, group), s in sorted(self.server.core.policy.denials.stats.items()):
+            rows.append({"identity": f"{listener} {vhost} {group}", "listener": listener, "vhost": vhost,
+                         "group": group, "connectionCount": s.connections, "connectionsOpened": s.opened,
+                         "connectionsDenied": s.denied_connections, "sessionsDenied": s.denied_sessions,
+                         "linksDenied": s.denied_links, "messagesDenied": s.denied_messages})
         return rows
 
 

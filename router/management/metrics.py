@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from router.config import MetricsConfig
 from router.management.entities import NodeEntities
+from router.management.policymetrics import policy_families
 from router.node.histogram import Histogram
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class NodeCollector:
             "addresses": [a for a in self.entities.addresses() if not a["identity"].startswith("_topo/")],
             "brokers": self.entities.brokers(),
             "forwarding": _copy(self.server.pump_latency),
+            "policy": self.entities.policy(),
         }
 
     def collect(self) -> Iterator[Metric]:
@@ -182,6 +184,7 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
         for b in brokers:
             m.add_metric([nid, b["identity"]], b.get("unconfirmed") or 0)
         yield m
+    yield from policy_families(nid, r.get("policy") or [])
 
 
 def _histogram(name: str, doc: str, nid: str, h: Histogram) -> HistogramMetricFamily:

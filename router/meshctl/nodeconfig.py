@@ -13,7 +13,7 @@ from router.meshctl.model import Topology
 #: Top-level keys copied into every node config: topology key -> (section, key) in the node config.
 NODE_SETTINGS = {"link_capacity": ("node", "link_capacity"), "idle_timeout": ("node", "idle_timeout"),
                  "log_level": ("node", "log_level")}
-SHARED_SECTIONS = ("router", "addresses", "telemetry")   # telemetry: files are named by node
+SHARED_SECTIONS = ("router", "addresses", "telemetry", "policy")   # telemetry: files are named by node
 
 #: The node logs its ``state`` line at info level from this logger; ``mesh up`` and ``mesh status``
 #: read it, so it stays at info even when the topology asks for a quieter ``log_level``.

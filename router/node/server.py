@@ -30,6 +30,7 @@ from router.forwarding.core import RouterCore
 from router.node.connectors import Connector
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.mesh import MeshControl
+from router.policy.engine import Policy
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
@@ -65,7 +66,7 @@ class NodeServer:
         self.loop = loop
         rules = AddressRules([(r.prefix, r.distribution) for r in config.address_rules],
                              config.default_distribution)
-        self.core = RouterCore(config.node_id, rules, config.link_capacity)
+        self.core = RouterCore(config.node_id, rules, config.link_capacity, policy=Policy(config.policy))
         self.core.tick(time.monotonic())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control)

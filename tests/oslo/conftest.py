@@ -10,6 +10,11 @@ rules shipped in config/node.yaml (the ``openstack.org/om`` ones among them).
 ``oslo`` (fixture) makes transports, servers, clients, notifiers, listeners and server subprocesses and
 tears them all down after the test, then checks that no thread they started is left behind.
 
+Every test runs twice (``mesh`` is parametrized): on an open mesh (``open``) and on a mesh whose nodes all
+have the `policy:` of ``OSLO_POLICY`` (``policy``), which allows only what the driver needs: anonymous
+clients may consume and send under ``openstack.org/om/`` and use reply addresses, nothing else (no
+anonymous relay, no management, every other user refused).
+
 A test marked ``rabbit_gateway("A")`` gets node A started with a ``brokers:`` section that bridges the
 notification addresses of a unique topic (``rabbit`` fixture) to RabbitMQ on 127.0.0.1:5672 with
 ``direction: both``; the queues are deleted with pika after the nodes have stopped.
@@ -36,6 +41,9 @@ om = pytest.importorskip("oslo_messaging", reason="oslo tests need the test extr
 # tests' filterwarnings marks if that happened inside a test: import it now, during collection.
 pytest.importorskip("oslo_messaging._drivers.impl_amqp1")
 
+from tests.support.authz import AuthClient  # noqa: E402
+from tests.support.clients import Client  # noqa: E402
+from tests.support.management import Requester  # noqa: E402
 from tests.support.meshes import build  # noqa: E402
 from tests.support.nodes import REPO_ROOT  # noqa: E402
 from tests.support.oslo import (  # noqa: E402
@@ -48,7 +56,7 @@ from tests.support.oslo import (  # noqa: E402
 )
 from tests.support.rabbit import RABBIT_URL, Broker, gateway_config, require_rabbit  # noqa: E402
 from tests.support.state import mesh_view  # noqa: E402
-from tests.support.waiting import wait_until  # noqa: E402
+from tests.support.waiting import wait_for, wait_until  # noqa: E402
 
 
 def pytest_configure(config) -> None:
@@ -113,14 +121,56 @@ def mesh_brokers(request) -> dict:
     return {mark.args[0] if mark.args else "A": request.getfixturevalue("rabbit").brokers_extra()}
 
 
-@pytest.fixture
-def mesh(mesh_brokers, node_factory) -> dict:
-    """The four nodes, converged, every pair at cost 1. Returns {node id: NodeProcess}."""
-    nodes = build(node_factory, MESH_NODES, MESH_EDGES, rules=mesh_rules(), sections=mesh_brokers,
-                  timeout=10.0)
+#: What the amqp1 driver needs (README "Authorization", the worked example's `om` group): its addresses
+#: under openstack.org/om/, a dynamic reply address per connection, replies sent by a sender targeted at the
+#: reply address (it never uses the anonymous relay); no management.
+#: The tests read the policy's counters through the vhost `monitor.test` (management only).
+OSLO_POLICY = {
+    "default_group": "deny",
+    "groups": {"om": {"users": ["anonymous"], "sources": ["openstack.org/om/#"],
+                      "targets": ["openstack.org/om/#"], "allow_dynamic_source": True,
+                      "allow_anonymous_sender": False, "management": "none"}},
+    "vhosts": {"monitor.test": {"groups": {"monitor": {"users": ["anonymous"], "sources": [], "targets": [],
+                                                       "management": "read"}}}},
+}
+
+
+@pytest.fixture(params=["open", "policy"])
+def mesh(request, mesh_brokers, node_factory) -> dict:
+    """The four nodes, converged, every pair at cost 1, without or with `OSLO_POLICY`. Returns
+    {node id: NodeProcess}."""
+    policy = {"policy": OSLO_POLICY} if request.param == "policy" else {}
+    sections = {n: {**policy, **(mesh_brokers.get(n) or {})} for n in MESH_NODES}
+    nodes = build(node_factory, MESH_NODES, MESH_EDGES, rules=mesh_rules(), sections=sections, timeout=10.0)
     for n in nodes.values():
         assert mesh_view(n).costs == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
-    return nodes
+    if request.param == "policy":
+        _probe_policy(nodes)
+    yield nodes
+    if request.param == "policy":
+        _no_other_denials(nodes)
+
+
+def _probe_policy(nodes: dict) -> None:
+    """The policy is in force on every node: outside openstack.org/om/, or the anonymous relay, refused."""
+    for n in nodes.values():
+        c = Client(n.url)
+        links = [c.receiver("not-openstack/probe", wait=False), c.sender("not-openstack/probe", wait=False),
+                 c.sender(None, wait=False)]
+        wait_for(lambda links=links: all(link.remote_closed for link in links), what="the policy's refusals")
+        assert all(link.remote_condition.name == "amqp:unauthorized-access" for link in links)
+        c.close()
+
+
+def _no_other_denials(nodes: dict) -> None:
+    """The driver never ran into the policy: each node's only refusals are the probe's three links."""
+    monitor = Requester(AuthClient(nodes["A"].url, hostname="monitor.test"))
+    for node_id in nodes:
+        rows = {row["group"]: row for row in monitor.query("policy", node_id)}
+        om = rows["om"]
+        assert (om["connectionsDenied"], om["sessionsDenied"], om["linksDenied"], om["messagesDenied"]) == \
+            (0, 0, 3, 0), f"node {node_id} refused the driver something: {om}"
+        assert om["connectionsOpened"] >= 1
 
 
 class ServerProcess:

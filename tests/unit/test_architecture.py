@@ -20,7 +20,7 @@ LAYERS = {
     "router": 0, "router.defaults": 0, "router.logs": 0, "router.argtypes": 0,       # base
     "router.amqp": 1,                                                                # codec
     "router.addressing": 2, "router.config": 2, "router.security": 2,                # core
-    "router.forwarding": 2, "router.linkstate": 2,
+    "router.forwarding": 2, "router.linkstate": 2, "router.policy": 2,
     "router.adapter": 3,                                                             # Proton adapter
     "router.node": 4,                                                                # node
     "router.management": 5, "router.gateway": 5, "router.telemetry": 5,             # services

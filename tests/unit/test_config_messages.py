@@ -36,11 +36,11 @@ def bogus(mapping: dict[str, Any]) -> dict[str, Any]:
 
 UNKNOWN = [
     (bogus(config()), "bogus",
-     "node, listeners, addresses, connectors, router, telemetry, brokers, metrics"),
+     "node, listeners, addresses, connectors, router, telemetry, brokers, metrics, policy"),
     (config(node=bogus(NODE)), "node.bogus", "id, link_capacity, idle_timeout, log_level, log_levels"),
     (config(listeners=[LISTENER, bogus({"host": "h", "port": 0})]), "listeners[1].bogus",
      "host, port, role, cost, tls, sasl, max_connections, max_frame_size, max_message_size, max_sessions, "
-     "max_links, idle_timeout"),
+     "max_links, idle_timeout, policy_vhost"),
     (config(listeners=[{**LISTENER, "tls": {"bogus": 1}}]), "listeners[0].tls.bogus",
      "cert, key, key_password_file, ca, require_client_cert, protocols"),
     (config(listeners=[{**LISTENER, "sasl": {"bogus": 1}}]), "listeners[0].sasl.bogus",
@@ -60,6 +60,13 @@ UNKNOWN = [
     (config(brokers=[{**BROKER, "addresses": [bogus(BRIDGE)]}]), "brokers[0].addresses[0].bogus",
      "address, semantics, direction, durable, dead_letter_exchange, ttl, declare"),
     (config(metrics={"bogus": 1}), "metrics.bogus", "host, port"),
+    (config(policy={"bogus": 1}), "policy.bogus", "groups, default_group, vhosts"),
+    (config(policy={"groups": {"g": {"bogus": 1}}}), "policy.groups.g.bogus",
+     "users, remote_hosts, sources, targets, allow_dynamic_source, allow_anonymous_sender, "
+     "max_connections_per_user, max_connections_per_host, max_senders, max_receivers, max_sessions, "
+     "max_message_size, management"),
+    (config(policy={"vhosts": {"v.example": {"bogus": 1}}}), "policy.vhosts.v.example.bogus",
+     "groups, default_group"),
 ]
 
 
@@ -71,9 +78,9 @@ def test_unknown_key_lists_the_allowed_keys_in_order(data: dict[str, Any], path:
 MESSAGES = [
     # the whole file
     (None, "<root>: config is empty: expected a mapping with keys node, listeners, addresses, connectors, "
-           "router, telemetry, brokers, metrics"),
+           "router, telemetry, brokers, metrics, policy"),
     (["node"], "<root>: top level must be a mapping with keys node, listeners, addresses, connectors, "
-               "router, telemetry, brokers, metrics, got list"),
+               "router, telemetry, brokers, metrics, policy, got list"),
     ({"listeners": [LISTENER]}, "node: missing required key"),
     (config(node=None), "node: wrong type: expected a mapping, got null"),
     (config(node={}), "node.id: missing required key"),
