@@ -21,19 +21,20 @@ event (the adapter calls)                   decision (returned, or taken later)
 
 The core is built in layers of one concern each: the address table and the mesh view
 (router.forwarding.table), the settlement tracker (router.forwarding.settlement: in-flight entries, held
-deliveries, multicast groups, the counters), and this module (the events of links and deliveries and
-their decisions); it uses the credit ledger (router.forwarding.credit) and the choice of destinations
+deliveries, multicast groups, the counters), and this module (the events of links and deliveries and their
+decisions); it uses the credit ledger (router.forwarding.credit) and the choice of destinations
 (router.forwarding.distribution); decisions.py lists the decisions and records.py the records. Link and
-delivery handles are opaque objects owned by the adapter; the core only keys tables by them. The one thing it asks the adapter is `backlog(handle)` (deliveries on a consumer's link not yet on the
-wire), and only for a consumer with many unsettled deliveries (router.forwarding.distribution).
+delivery handles are opaque objects owned by the adapter; the core only keys tables by them. The one thing
+it asks the adapter is `backlog(handle)` (deliveries on a consumer's link not yet on the wire), and only for
+a consumer with many unsettled deliveries (router.forwarding.distribution).
 
 Authorization at attach is the core's `policy` (router.policy.engine.Policy): the reserved-address rules
 with or without a configured policy, a group's rules with one; an attach to a `$management` address is
 given the address of the agent for the connection's management level (router.policy.reserved).
 
 Counters (per address: ingress / egress / transit; per link: delivered, pre-settled, outcomes; per node:
-pre-settled, dropped, unroutable, hop-limit, delayed) are kept where the decisions are made (here and in settlement.py), as
-plain integer increments; management reads them.
+pre-settled, dropped, unroutable, hop-limit, delayed) are kept where the decisions are made (here and in
+settlement.py), as plain integer increments; management reads them.
 
 The hot path (route / sent / settle of a single-frame delivery between two clients) is written for speed:
 slotted records, no allocation beyond the in-flight entry and the routing tuple.
