@@ -58,13 +58,16 @@ class ManagementClient:
     """``query``/``read``/``get_types`` against the agent of any node of the mesh; a context manager."""
 
     def __init__(self, url: str, timeout: float = DEFAULT_TIMEOUT,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, virtual_host: str | None = None) -> None:
+        """``virtual_host``: the hostname of our Open (a node's policy may pick a vhost by it)."""
         self.url = url
         self.timeout = timeout
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]
         try:
             options = (security or ClientSecurity()).connect_options(url)
+            if virtual_host is not None:
+                options["virtual_host"] = virtual_host
         except (OSError, IndexError, ProtonException) as exc:
             raise ManagementUnavailable(f"cannot set up TLS / SASL for {url}: {_reason(exc)}") from None
         try:

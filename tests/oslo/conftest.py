@@ -44,7 +44,7 @@ pytest.importorskip("oslo_messaging._drivers.impl_amqp1")
 from tests.support.authz import AuthClient  # noqa: E402
 from tests.support.clients import Client  # noqa: E402
 from tests.support.management import Requester  # noqa: E402
-from tests.support.meshes import build  # noqa: E402
+from tests.support.meshes import build, wait_converged  # noqa: E402
 from tests.support.nodes import REPO_ROOT  # noqa: E402
 from tests.support.oslo import (  # noqa: E402
     MESH_EDGES,
@@ -141,7 +141,11 @@ def mesh(request, mesh_brokers, node_factory) -> dict:
     {node id: NodeProcess}."""
     policy = {"policy": OSLO_POLICY} if request.param == "policy" else {}
     sections = {n: {**policy, **(mesh_brokers.get(n) or {})} for n in MESH_NODES}
-    nodes = build(node_factory, MESH_NODES, MESH_EDGES, rules=mesh_rules(), sections=sections, timeout=10.0)
+    nodes = build(node_factory, MESH_NODES, MESH_EDGES, rules=mesh_rules(), sections=sections, wait=False)
+    if request.param == "policy":
+        for n in nodes.values():
+            n.state_vhost = "monitor.test"      # tests.support.state reads through the policy's monitor vhost
+    wait_converged(nodes.values(), 10.0)
     for n in nodes.values():
         assert mesh_view(n).costs == {o: 1 for o in nodes if o != n.node_id}, "not a full mesh of cost 1"
     if request.param == "policy":

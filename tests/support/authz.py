@@ -118,8 +118,24 @@ def node(node_factory, node_id: str, *, listeners: list[dict] | None = None, pol
     if dial:
         cfg["connectors"] = [{"host": "127.0.0.1", "port": port} for port in dial]
     if policy is not None:
-        cfg["policy"] = policy
-    return node_factory(node_id, rules=RULES, extra=cfg)
+        cfg["policy"] = with_monitor(policy)
+    n = node_factory(node_id, rules=RULES, extra=cfg)
+    if policy is not None:
+        n.state_vhost = MONITOR_VHOST       # tests.support.state reads the node through that vhost
+    return n
+
+
+#: The vhost through which tests read a node's state (tests.support.state) when its policy would refuse
+#: the anonymous reader: management read only, nothing else.
+MONITOR_VHOST = "monitor.test"
+
+
+def with_monitor(policy: dict) -> dict:
+    """`policy` plus the vhost MONITOR_VHOST (unless it names it), for tests.support.state's readings."""
+    vhosts = dict(policy.get("vhosts") or {})
+    vhosts.setdefault(MONITOR_VHOST, {"groups": {"monitor": {"users": ["anonymous"], "sources": [],
+                                                             "targets": [], "management": "read"}}})
+    return {**policy, "vhosts": vhosts}
 
 
 def mesh2(node_factory, **kw) -> tuple[Any, Any]:

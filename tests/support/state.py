@@ -40,8 +40,8 @@ class StateUnavailable(AssertionError):
 class _Reader(ManagementClient):
     """A management client that notes its container id (see the module doc)."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url, timeout=TIMEOUT)
+    def __init__(self, url: str, virtual_host: str | None = None) -> None:
+        super().__init__(url, timeout=TIMEOUT, virtual_host=virtual_host)
         _READERS.add(str(self._conn.conn.container))
 
 
@@ -49,7 +49,7 @@ class _Reader(ManagementClient):
 def reading(node: Any) -> Iterator[ManagementClient]:
     """A management client on ``node`` for one reading (errors become :class:`StateUnavailable`)."""
     try:
-        with _Reader(node.url) as client:
+        with _Reader(node.url, getattr(node, "state_vhost", None)) as client:
             yield client
     except ManagementClientError as exc:
         raise StateUnavailable(f"cannot read node {node.node_id} through management: {exc}") from None
