@@ -65,8 +65,14 @@ def _last_line(path: Path) -> str:
 
 
 def _misses(topology: Topology, node_id: str, reader: StateReader) -> list[str]:
+    """What `node_id` does not see yet: nodes it cannot reach, and edges of the topology (a link to a
+    neighbour) that are not up, e.g. ``D (no direct link)``."""
     reachable = set(reader.mesh.get("reachable") or ())
-    return [n for n in topology.node_ids if n != node_id and n not in reachable]
+    neighbors = set(reader.mesh.get("neighbors") or ())
+    edge_peers = {e.target if e.source == node_id else e.source for e in topology.edges
+                  if node_id in (e.source, e.target)}
+    return [n if n not in reachable else f"{n} (no direct link)" for n in topology.node_ids
+            if n != node_id and (n not in reachable or (n in edge_peers and n not in neighbors))]
 
 
 def _sees_all(topology: Topology, node_id: str, reader: StateReader) -> bool:

@@ -88,10 +88,12 @@ def node_state(node: Any) -> NodeState:
         (row,) = m.query_dicts("node")
     hidden = {c["identity"] for c in conns if c["role"] == INTERNAL or c["container"] in _READERS}
     shown = [ln for ln in links if ln["connectionId"] not in hidden]
-    # the request being answered is in flight, as each request of a reading is while answered
-    readers = {c["identity"] for c in conns if c["container"] in _READERS}
+    # the request being answered is in flight (to the agent's in-process receiver) while answered; counted
+    # there, since a client the node redacts for (not on loopback) sees no connection's container
+    internal = {c["identity"] for c in conns if c["role"] == INTERNAL}
     own = sum(ln["unsettledCount"] or 0 for ln in links
-              if ln["connectionId"] in readers and ln["linkDir"] == "in")
+              if ln["connectionId"] in internal and ln["linkDir"] == "out"
+              and "$management" in (ln["owningAddr"] or ""))
     table = {}
     for a in addresses:
         key = a["identity"]
