@@ -90,7 +90,7 @@ async def _serve(config: NodeConfig) -> int:
     try:
         server.start()
     except OSError as exc:
-        print(f"meshrouter: error: cannot listen: {exc}", file=sys.stderr)
+        print(f"meshrouter: error: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:              # a TLS / SASL setting Proton refused: a config error
         print(f"meshrouter: error: {exc}", file=sys.stderr)

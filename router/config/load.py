@@ -15,9 +15,10 @@ import yaml
 from router.config.brokers import check_brokers
 from router.config.checks import first_duplicate
 from router.config.keys import Invalid, layout, read, type_name
-from router.config.model import NodeConfig
+from router.config.model import ListenerConfig, NodeConfig
 from router.config.policy import check_policy
 from router.config.secure import Files, one_sasldb, secure_connector, secure_listener
+from router.config.yamlfile import load_yaml
 
 
 class ConfigError(Exception):
@@ -44,7 +45,7 @@ def load_config(path: str | os.PathLike[str]) -> NodeConfig:
     except UnicodeDecodeError as exc:
         raise ConfigError(source, "<file>", f"not valid UTF-8 text (byte offset {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(source, "<file>", yaml_problem(exc)) from None
     return parse_config(data, source)
@@ -82,6 +83,7 @@ def _build(data: object, source: str) -> NodeConfig:
     listeners = [secure_listener(lc, f"listeners[{i}]", files) for i, lc in enumerate(config.listeners)]
     one_sasldb(listeners)
     first_duplicate([lc.port or None for lc in listeners], lambda i: f"listeners[{i}].port", "port")
+    _metrics_port_free(config, listeners)
     first_duplicate([r.prefix for r in config.address_rules], lambda i: f"addresses.rules[{i}].prefix",
                     "prefix")
     connectors = [secure_connector(cc, f"connectors[{i}]", files) for i, cc in enumerate(config.connectors)]
@@ -99,3 +101,11 @@ def _build(data: object, source: str) -> NodeConfig:
     check_brokers(config.brokers, [(r.prefix, r.distribution) for r in config.address_rules],
                   config.default_distribution)
     return dataclasses.replace(config, listeners=tuple(listeners), connectors=tuple(connectors))
+
+
+def _metrics_port_free(config: NodeConfig, listeners: list[ListenerConfig]) -> None:
+    """The metrics listener cannot share a port with an AMQP listener (0: a free port, never shared)."""
+    port = config.metrics.port if config.metrics is not None else 0
+    for i, lc in enumerate(listeners):
+        if port and lc.port == port:
+            raise Invalid("metrics.port", f"{port} is also the port of listeners[{i}]")

@@ -1,6 +1,7 @@
 """Prometheus `/metrics` for one node (prometheus-client), read from the management entities.
 
-prometheus-client's HTTP server runs in its own thread; a scrape asks the node's event loop for one
+prometheus-client's WSGI app runs in its own HTTP server thread and answers `/metrics` only (any other
+path: 404); a scrape asks the node's event loop for one
 consistent reading of the entities (the loop owns every table, so nothing is read from another thread)
 and turns it into metric families. The forwarding path pays nothing for metrics beyond the counters
 management keeps anyway.
@@ -14,11 +15,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Iterator
+import socket
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from router.config import MetricsConfig
 from router.management.entities import NodeEntities
@@ -205,9 +210,44 @@ class MetricsListener:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(NodeCollector(server, loop))
         # raises OSError when the port is taken, like the AMQP listeners
-        self.httpd, self.thread = start_http_server(config.port, config.host, registry=self.registry)
+        server_class = _IPv6Server if ":" in config.host else ThreadingWSGIServer
+        try:
+            self.httpd = make_server(config.host, config.port, only_metrics(make_wsgi_app(self.registry)),
+                                     server_class, handler_class=_QuietHandler)
+        except OSError as exc:
+            raise OSError(exc.errno, f"metrics on {config.host}:{config.port}: {exc.strerror}") from None
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
+        self.thread.start()
         self.url = f"http://{config.host}:{self.httpd.server_port}/metrics"
 
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+METRICS_PATHS = ("/metrics", "/metrics/")
+NOT_FOUND = b"not found: this server answers GET /metrics only\n"
+
+
+def only_metrics(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[bytes]]:
+    """The WSGI `app` on /metrics; 404 on every other path."""
+
+    def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "") in METRICS_PATHS:
+            return app(environ, start_response)
+        headers = [("Content-Type", "text/plain"), ("Content-Length", str(len(NOT_FOUND)))]
+        start_response("404 Not Found", headers)
+        return [NOT_FOUND]
+
+    return serve
+
+
+class _IPv6Server(ThreadingWSGIServer):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        pass

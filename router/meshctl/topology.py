@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from router.config import DEFAULT_COST, MAX_COST, ConfigError, Invalid, parse_config, wrong_type
+from router.config.yamlfile import load_yaml
 from router.meshctl.model import DEFAULT_HOST, Edge, NodeSpec, Topology
 from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_config
 
@@ -41,7 +42,7 @@ def load_topology(path: str | os.PathLike[str]) -> Topology:
     except UnicodeDecodeError as exc:
         raise TopologyError(source, "<file>", f"not valid UTF-8 text (byte offset {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -79,6 +80,8 @@ def _name(value: object, path: str, what: str) -> str:
         raise Invalid(path, f"{wrong_type(value, 'string', path).problem}{hint}")
     if not _NAME_RE.fullmatch(value):
         raise Invalid(path, f"invalid {what} {value!r}: use only letters, digits, '_', '.' and '-'")
+    if value.startswith("."):          # '..' would put run directories and files outside their own
+        raise Invalid(path, f"invalid {what} {value!r}: must not start with '.'")
     return value
 
 

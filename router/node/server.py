@@ -97,11 +97,16 @@ class NodeServer:
         """Bind every listener and start the timers. Raises OSError when a port is taken, ConfigError
         when a TLS or SASL setting cannot be put in force (before anything is bound)."""
         policies = self._policies()
-        for lc, policy in zip(self.config.listeners, policies, strict=True):
+        for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
             sock = socket.socket(socket.AF_INET6 if ":" in lc.host else socket.AF_INET, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((lc.host, lc.port))
-            sock.listen(128)
+            try:
+                sock.bind((lc.host, lc.port))
+                sock.listen(128)
+            except OSError as exc:
+                sock.close()
+                raise OSError(exc.errno, f"listeners[{i}] (role {lc.role}) on {lc.host}:{lc.port}: "
+                                         f"{exc.strerror}") from None
             sock.setblocking(False)
             host, port = sock.getsockname()[:2]
             policy.listener = name = f"{host}:{port}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -91,4 +92,20 @@ def test_metrics_port_taken_is_a_clear_start_error(node_factory, tmp_path):
                        timeout=30)
     busy.close()
     assert r.returncode == 1
-    assert "cannot listen" in r.stderr and "Traceback" not in r.stderr
+    assert f"cannot listen: metrics on 127.0.0.1:{port}: Address already in use" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_metrics_paths_other_than_metrics_are_404(node_factory):
+    n = node_factory("A", extra={"metrics": {"host": "127.0.0.1", "port": 0}})
+    url = metrics_url(n)
+    base = url.rsplit("/metrics", 1)[0]
+    for path in ("/", "/favicon.ico", "/metricsx", "/admin/../metrics2"):
+        try:
+            urllib.request.urlopen(base + path, timeout=10)
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404, path
+        else:
+            raise AssertionError(f"{path} answered 200")
+    assert _scrape(url)            # /metrics itself still answers
+    assert n.alive()
