@@ -52,6 +52,17 @@ class AddressRules:
                 node = node.setdefault(tok, {})
             node[None] = distribution
 
+    def has_rule_for(self, address: str) -> bool:
+        """Whether a rule (not the default) matches `address`."""
+        node = self._trie
+        for tok in tokens(normalize(address)):
+            node = node.get(tok)
+            if node is None:
+                return False
+            if None in node:
+                return True
+        return False
+
     def distribution(self, address: str) -> str:
         """The distribution of the most specific rule matching `address`, else the default."""
         found = self.default

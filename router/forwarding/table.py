@@ -9,6 +9,7 @@ gateway), both taken once per pump.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Iterable, Mapping
 
@@ -17,6 +18,9 @@ from router.forwarding.credit import CreditLedger
 from router.forwarding.records import Address, Consumer, RemoteDest
 
 TOPO = "_topo/0/"
+OSLO_PREFIX = "openstack.org/om/"     # oslo.messaging's AMQP 1.0 driver: its fanout needs a multicast rule
+
+log = logging.getLogger(__name__)
 
 
 class AddressTable:
@@ -28,6 +32,7 @@ class AddressTable:
         self.rules = rules
         self.ledger = ledger
         self.rng = rng or random.Random()
+        self._warned_oslo = False       # the warning about oslo.messaging addresses without rules: once
         self.addresses: dict[str, Address] = {}
         # ingress / egress / transit of addresses no longer in the table (node totals add them)
         self.retired = [0, 0, 0]
@@ -69,6 +74,11 @@ class AddressTable:
         a = self.addresses.get(key)
         if a is None:
             a = self.addresses[key] = Address(key, self.rules.distribution(key))
+            if key.startswith(OSLO_PREFIX) and not self._warned_oslo and not self.rules.has_rule_for(key):
+                self._warned_oslo = True
+                log.warning("address %s (oslo.messaging's driver) matches no address rule, so it is %s; "
+                            "oslo's fanout (openstack.org/om/rpc/multicast/...) needs a multicast rule: see "
+                            "addresses.rules in config/node.yaml", key, a.distribution)
             node = self._scoped_node(key)
             if node is not None:
                 a.remote = self._node_route(node)

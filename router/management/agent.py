@@ -96,8 +96,8 @@ class ManagementAgent:
                                            EntityView(self.entities, level, reply_to))
         if status != 200:
             props = properties if isinstance(properties, dict) else {}
-            log.info("management: %s %s: %d %s", props.get("operation"), props.get("type"), status,
-                     description)
+            entity_type = props.get("entityType") or props.get("type")
+            log.info("management: %s %s: %d %s", props.get("operation"), entity_type, status, description)
         try:
             reply = _reply(reply_to, correlation_id, status, description, body)
         except (TypeError, ValueError):          # a value the codec cannot encode: a bug, not the node's end

@@ -35,9 +35,10 @@ def answer(properties: object, body: object, source: EntitySource) -> Response:
     operation = operation.upper()
     if operation == "GET-TYPES":
         return OK, "OK", {name: list(attrs) for name, attrs in ATTRIBUTES.items()}
-    type_name = properties.get("type")
+    type_name = _type_name(properties)
     if not isinstance(type_name, str) or not type_name:
-        return BAD_REQUEST, f"{operation} needs a 'type' application property", None
+        return BAD_REQUEST, (f"{operation} needs a 'type' application property (or, with type "
+                             f"{MANAGEMENT_NODE}, an 'entityType')"), None
     entity_type = canonical_type(type_name)
     if entity_type is None:
         return NOT_FOUND, f"unknown entity type {type_name!r}: expected one of {', '.join(ATTRIBUTES)}", None
@@ -48,6 +49,18 @@ def answer(properties: object, body: object, source: EntitySource) -> Response:
     except Exception:                       # a bug reading the node must not cost the node
         log.exception("management: internal error answering %s %s", operation, entity_type)
         return INTERNAL, "internal error reading the node's state (logged on the node)", None
+
+
+MANAGEMENT_NODE = "org.amqp.management"   # the AMQP Management draft's own type (qdmanage, rhea...)
+
+
+def _type_name(properties: Mapping) -> object:
+    """The entity type a request names: `type`, or in the AMQP Management draft's form (`type`
+    org.amqp.management, `name` self) its `entityType`."""
+    type_name = properties.get("type")
+    if type_name == MANAGEMENT_NODE:
+        return properties.get("entityType")
+    return type_name
 
 
 def _query(entity_type: str, body: object, source: EntitySource) -> Response:

@@ -68,3 +68,34 @@ def test_a_topology_cannot_escape_its_run_directory(tmp_path):
     r = subprocess.run([sys.executable, "-m", "router", "mesh", "status", str(topo)], capture_output=True,
                        text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "duplicate key 'nodes' (first at line 2)" in r.stderr
+
+
+def test_stat_into_a_closed_pipe_ends_quietly(node_factory):
+    """`meshrouter stat ... | head`: the reader went away; no BrokenPipeError traceback."""
+    n = node_factory("A")
+    proc = subprocess.Popen([sys.executable, "-m", "router", "stat", "-b", n.url, "-l"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT)
+    proc.stdout.close()                     # as `head` does once it has its lines
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert err.decode() == ""
+
+
+def test_oslo_addresses_without_rules_are_warned_about_once(node_factory):
+    """Without the oslo.messaging rules, the driver's fanout would silently become anycast."""
+    from tests.support.clients import Client
+    from tests.support.nodes import MESH_RULES
+    from tests.support.waiting import wait_for
+
+    bare, ruled = node_factory("A"), node_factory("B", rules=MESH_RULES)
+    for n in (bare, ruled):
+        c = Client(n.url)
+        for topic in ("rpc/multicast/nova/compute", "rpc/anycast/nova/compute", "notify/info"):
+            c.receiver(f"openstack.org/om/{topic}", credit=1)          # waits for the node's attach
+    warning = "matches no address rule"
+    wait_for(lambda: warning in bare.stderr_path.read_text(), what="the warning on the node without rules")
+    log = bare.stderr_path.read_text()
+    assert log.count(warning) == 1
+    assert ("WARNING router.forwarding.table: address openstack.org/om/rpc/multicast/nova/compute "
+            "(oslo.messaging's driver) matches no address rule, so it is balanced") in log
+    assert warning not in ruled.stderr_path.read_text()
