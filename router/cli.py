@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     from router.management.stat import add_parser as add_stat  # no Proton import until it runs
 
     add_stat(commands)
+    from router.management.reload import add_parser as add_reload
+
+    add_reload(commands)
     return parser
 
 

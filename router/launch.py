@@ -98,6 +98,7 @@ async def _serve(config: NodeConfig) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.stop)
     loop.add_signal_handler(signal.SIGUSR1, server.log_state)
+    loop.add_signal_handler(signal.SIGHUP, server.reload)
     for role, url in server.urls:
         print(f"listening: role={role} url={url}", flush=True)
     print(f"ready: node={config.node_id} pid={os.getpid()}", flush=True)

@@ -13,7 +13,8 @@ connections' reply addresses:
 * ``link``: `linkName` is null, and `owningAddr` when it is a reply address other than the requester's;
 * ``address``: reply addresses other than the requester's are left out;
 * ``listener``: the file paths in `settings` (certificates, keys, CAs, users files, sasldb) are null;
-* ``broker``: `url` is null (it names a host and a user).
+* ``broker``: `url` is null (it names a host and a user);
+* ``node``: `lastReload` is null (its lines name files, hosts and ports).
 
 `level` is there for the operations that change the node (issue 20): they need ``write``.
 """
@@ -60,6 +61,9 @@ class EntityView:
 
     def _listener(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "settings": _without_files(r.get("settings"))} for r in rows]
+
+    def _node(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "lastReload": None} for r in rows]
 
     def _broker(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "url": None} for r in rows]

@@ -23,7 +23,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "acceptedDeliveries",
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
-        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress"),
+        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
+        "reloads", "lastReload"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -117,6 +118,8 @@ class NodeEntities:
             "deliveriesDelayed10Sec": counters["delayed_10s"],
             "deliveriesStuck": core.stuck(),
             "streamsInProgress": len(engine.streams.active),
+            "reloads": server.last_reload.seq if server.last_reload is not None else 0,
+            "lastReload": server.last_reload.as_map() if server.last_reload is not None else None,
         }
 
     # ---- connections -------------------------------------------------------------------------------------
@@ -245,8 +248,9 @@ class NodeEntities:
             if conn.alive and where is not None:
                 counts[where] = counts.get(where, 0) + 1
         rows = []
-        for lc, (sock, _role) in zip(server.config.listeners, server.listeners, strict=False):
-            host, port = sock.getsockname()[:2]
+        for listener in server.bound:
+            lc = listener.config
+            host, port = listener.sock.getsockname()[:2]
             ident = f"{host}:{port}"
             settings = {k: v for k, v in _fields(lc) if k not in ("host", "port", "role", "cost")}
             rows.append({"identity": ident, "host": host, "port": port, "role": lc.role, "cost": lc.cost,

@@ -25,7 +25,7 @@ from router.adapter.engine import Engine
 from router.adapter.pump import pump
 from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
-from router.config import ConfigError, ListenerConfig, NodeConfig
+from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
 from router.node.connectors import Connector
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
@@ -56,6 +56,7 @@ class Listener:
         self.policy = policy        # router.adapter.policy.ConnectionPolicy
         self.count = 0              # connections accepted and not yet gone
         self.refused = 0            # refused since the limit was last reached (logged once per streak)
+        self.url = ""               # amqp(s)://host:port as bound
 
 
 class NodeServer:
@@ -91,6 +92,13 @@ class NodeServer:
         self.metrics: object = None         # router.management.metrics.MetricsListener with `metrics:`
         # forwarding latency: input read -> every resulting output written, per batch of events
         self.pump_latency = Histogram(FORWARDING_BOUNDS)
+        self.last_reload: object = None     # router.node.reconfigure.ReloadResult of the last reload
+
+    def reload(self) -> object:
+        """Read the config file again and apply what changed (SIGHUP; router.node.reconfigure)."""
+        from router.node.reconfigure import reload
+
+        return reload(self)
 
     # ---- start / stop -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -98,29 +106,79 @@ class NodeServer:
         when a TLS or SASL setting cannot be put in force (before anything is bound)."""
         policies = self._policies()
         for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
-            sock = socket.socket(socket.AF_INET6 if ":" in lc.host else socket.AF_INET, socket.SOCK_STREAM)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((lc.host, lc.port))
-                sock.listen(128)
-            except OSError as exc:
-                sock.close()
-                raise OSError(exc.errno, f"listeners[{i}] (role {lc.role}) on {lc.host}:{lc.port}: "
-                                         f"{exc.strerror}") from None
-            sock.setblocking(False)
-            host, port = sock.getsockname()[:2]
-            policy.listener = name = f"{host}:{port}"
-            listener = Listener(lc, sock, name, policy)
-            self.loop.add_reader(sock.fileno(), self._accept, listener)
-            self.listeners.append((sock, lc.role))
-            self.bound.append(listener)
-            self.urls.append((lc.role, f"{'amqps' if lc.tls is not None else 'amqp'}://{host}:{port}"))
+            self.open_listener(lc, i, policy)
         self._tick()
         self._mesh_tick()
         for connector in self.connectors:
             connector.start()
         for service in self.services:
             service.start()
+
+    # ---- listeners and connectors, also at run time (router.node.reconfigure) -----------------------------
+    def open_listener(self, lc: ListenerConfig, index: int, policy: object = None) -> Listener:
+        """Bind listener `lc` (listeners[`index`] of the config) and accept on it. Raises OSError naming
+        it when its port is taken, ConfigError when its TLS or SASL cannot be put in force."""
+        if policy is None:
+            policy = self._listener_policy(index, lc)
+        sock = socket.socket(socket.AF_INET6 if ":" in lc.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((lc.host, lc.port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"listeners[{index}] (role {lc.role}) on {lc.host}:{lc.port}: "
+                                     f"{exc.strerror}") from None
+        sock.setblocking(False)
+        host, port = sock.getsockname()[:2]
+        policy.listener = name = f"{host}:{port}"
+        listener = Listener(lc, sock, name, policy)
+        self.loop.add_reader(sock.fileno(), self._accept, listener)
+        self.listeners.append((sock, lc.role))
+        self.bound.append(listener)
+        listener.url = f"{'amqps' if lc.tls is not None else 'amqp'}://{host}:{port}"
+        self.urls.append((lc.role, listener.url))
+        return listener
+
+    def close_listener(self, listener: Listener) -> int:
+        """Stop accepting on `listener` and close its connections (a Close each; their deliveries come
+        back RELEASED / MODIFIED as for any lost connection). Returns how many were closed."""
+        self.loop.remove_reader(listener.sock.fileno())
+        listener.sock.close()
+        self.listeners = [(s, r) for s, r in self.listeners if s is not listener.sock]
+        self.bound.remove(listener)
+        self.urls = [(r, u) for r, u in self.urls if u != listener.url]
+        closing = [conn for conn, where in self._counted.items() if where is listener]
+        for conn in closing:
+            self.close_connection(conn)
+        return len(closing)
+
+    def add_connector(self, cc: ConnectorConfig, index: int) -> Connector:
+        """Start dialling a new peer (connectors[`index`]). Raises ConfigError for its TLS or SASL."""
+        from router.adapter.policy import PolicyError, connector_policy
+
+        connector = Connector(cc, self.loop, self._connector_connected)
+        try:
+            connector.policy = connector_policy(cc, self.config.idle_timeout)
+        except PolicyError as exc:
+            raise ConfigError(self.config.source, f"connectors[{index}].{exc.key}", exc.problem) from None
+        self.connectors.append(connector)
+        connector.start()
+        return connector
+
+    def remove_connector(self, connector: Connector) -> None:
+        """Stop dialling `connector`'s peer and close its connection (if up)."""
+        connector.stop()
+        self.connectors.remove(connector)
+        if connector.conn is not None:
+            self.close_connection(connector.conn)
+
+    def close_connection(self, conn: Connection) -> None:
+        """Close `conn` cleanly now; drop it if its peer has not answered within REFUSE_GRACE s."""
+        if conn.alive:
+            self.engine.close(conn)
+            self._wake(conn)
+            self.loop.call_later(REFUSE_GRACE, self._drop, conn)
 
     def stop(self) -> None:
         """Stop the services, close listeners and every connection; resolves `stopped`."""
@@ -212,22 +270,25 @@ class NodeServer:
 
     def _policies(self) -> list:
         """Each listener's policy; sets each connector's. Raises ConfigError naming the setting."""
-        from router.adapter.policy import PolicyError, connector_policy, listener_policy
+        from router.adapter.policy import PolicyError, connector_policy
 
         cfg = self.config
-        out = []
-        for i, lc in enumerate(cfg.listeners):
-            try:
-                out.append(listener_policy(lc, "", cfg.idle_timeout, self.loop, self._conn_of_transport,
-                                           self._wake))
-            except PolicyError as exc:
-                raise ConfigError(cfg.source, f"listeners[{i}].{exc.key}", exc.problem) from None
+        out = [self._listener_policy(i, lc) for i, lc in enumerate(cfg.listeners)]
         for i, connector in enumerate(self.connectors):
             try:
                 connector.policy = connector_policy(connector.config, cfg.idle_timeout)
             except PolicyError as exc:
                 raise ConfigError(cfg.source, f"connectors[{i}].{exc.key}", exc.problem) from None
         return out
+
+    def _listener_policy(self, index: int, lc: ListenerConfig) -> object:
+        from router.adapter.policy import PolicyError, listener_policy
+
+        try:
+            return listener_policy(lc, "", self.config.idle_timeout, self.loop, self._conn_of_transport,
+                                   self._wake)
+        except PolicyError as exc:
+            raise ConfigError(self.config.source, f"listeners[{index}].{exc.key}", exc.problem) from None
 
     def _conn_of_transport(self, transport: object) -> Connection | None:
         return self.engine.conn_of_transport(transport)

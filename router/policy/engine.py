@@ -52,6 +52,12 @@ class Policy:
         self._per_user: dict[tuple[str, str, str], int] = {}   # (vhost, group, user) -> connections
         self._per_host: dict[tuple[str, str, str], int] = {}   # (vhost, group, host) -> connections
 
+    def reconfigure(self, config: PolicyConfig | None) -> None:
+        """A new policy (a reload) for connections opened from now on; the counts of the open ones stay."""
+        self.config = config
+        self.enabled = config is not None
+        self.vhosts = {name: Vhost(name, vp) for name, vp in config.all_vhosts().items()} if config else {}
+
     @property
     def clock(self) -> Callable[[], float]:
         return self.denials.clock
