@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from pathlib import Path
 
 from router.argtypes import positive_seconds
 from router.meshctl import commands
@@ -45,9 +46,50 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
         if name == "status":
             p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.set_defaults(func=_dispatch, mesh_action=name)
+    _add_render(sub)
     from router.meshctl.graph import add_parser as add_graph
 
     add_graph(sub)
+
+
+def _add_render(sub: argparse._SubParsersAction) -> None:
+    from router.meshctl import render
+
+    help_text = ("write each node's config and a systemd unit, for running the mesh on several machines "
+                 "(node hosts from the topology's nodes.<id>.host)")
+    p = sub.add_parser("render", help=help_text, description=help_text)
+    p.add_argument("topology", metavar="TOPOLOGY", help="topology file")
+    p.add_argument("--out", metavar="DIR", required=True, help="where to write <id>.yaml and "
+                                                                "meshrouter-<id>.service")
+    p.add_argument("--config-dir", default=render.DEFAULT_CONFIG_DIR, metavar="DIR",
+                   help=f"where the configs go on the hosts (default {render.DEFAULT_CONFIG_DIR})")
+    p.add_argument("--exec", dest="exec_path", default=render.DEFAULT_EXEC, metavar="PATH",
+                   help=f"the meshrouter command on the hosts (default {render.DEFAULT_EXEC})")
+    p.add_argument("--user", default=render.DEFAULT_USER, help="the user the nodes run as "
+                                                               f"(default {render.DEFAULT_USER})")
+    p.add_argument("--bind", metavar="ADDRESS", default=None,
+                   help="listen on ADDRESS (e.g. 0.0.0.0) instead of each node's host name")
+    p.set_defaults(func=_render)
+
+
+def _render(args: argparse.Namespace) -> int:
+    from router.meshctl.render import RenderOptions, render
+
+    try:
+        topology = load_topology(args.topology)
+    except TopologyError as err:
+        print(f"meshrouter: error: {err}", file=sys.stderr, flush=True)
+        return commands.EXIT_USAGE
+    options = RenderOptions(args.config_dir, args.exec_path, args.user, args.bind)
+    try:
+        written = render(topology, Path(args.out), options)
+    except OSError as exc:
+        print(f"meshrouter: error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return commands.EXIT_FAILURE
+    print(f"mesh {topology.name}: {len(written) // 2} nodes rendered into {args.out}", flush=True)
+    for path in written:
+        print(f"  {path}", flush=True)
+    return commands.EXIT_OK
 
 
 def _context(args: argparse.Namespace) -> commands.Context | None:

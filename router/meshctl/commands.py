@@ -149,10 +149,12 @@ def up(ctx: Context, timeout: float = DEFAULT_TIMEOUT) -> int:
         return EXIT_USAGE
     for node_id in run_dir.pid_nodes():           # stale pid files of nodes that are gone
         run_dir.remove_pid(node_id)
-    ports = [(n.client_port, f"nodes.{n.node_id}.client_port") for n in topology.nodes]
-    ports += [(n.inter_router_port, f"nodes.{n.node_id}.inter_router_port")
-              for n in topology.nodes if n.inter_router_port is not None]
-    busy = procs.ports_in_use(topology.host, ports)
+    busy = []
+    for n in topology.nodes:
+        ports = [(n.client_port, f"nodes.{n.node_id}.client_port")]
+        if n.inter_router_port is not None:
+            ports.append((n.inter_router_port, f"nodes.{n.node_id}.inter_router_port"))
+        busy += procs.ports_in_use(topology.host_of(n.node_id), ports)
     if busy:
         ctx.error(f"cannot start mesh {topology.name}: {'; '.join(busy)}")
         return EXIT_FAILURE

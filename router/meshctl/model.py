@@ -14,11 +14,12 @@ DEFAULT_HOST = "127.0.0.1"
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node of the mesh: its id and ports (on the topology's host)."""
+    """One node of the mesh: its id, ports and host (None: the topology's host)."""
 
     node_id: str
     client_port: int
     inter_router_port: int | None = None
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class Topology:
     settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
     source: str = "<memory>"
 
+    def host_of(self, node_id: str) -> str:
+        """Where node `node_id` listens and is dialled."""
+        return self.node(node_id).host or self.host
+
     @property
     def node_ids(self) -> list[str]:
         return [n.node_id for n in self.nodes]
@@ -52,5 +57,6 @@ class Topology:
         raise KeyError(node_id)
 
     def client_url(self, node_id: str) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = self.host_of(node_id)
+        host = f"[{host}]" if ":" in host else host
         return f"amqp://{host}:{self.node(node_id).client_port}"

@@ -20,10 +20,11 @@ SHARED_SECTIONS = ("router", "addresses", "telemetry", "policy")   # telemetry: 
 STATE_LOGGER = "router.node.server"
 
 
-def node_config(topology: Topology, node_id: str) -> dict[str, Any]:
-    """The config data of ``node_id``: its listeners, a connector per edge it dials, shared settings."""
+def node_config(topology: Topology, node_id: str, bind: str | None = None) -> dict[str, Any]:
+    """The config data of ``node_id``: its listeners (on its host, or on `bind`), a connector per edge it
+    dials (to the peer's host), shared settings."""
     spec = topology.node(node_id)
-    host = topology.host
+    host = bind or topology.host_of(node_id)
     settings = copy.deepcopy(dict(topology.settings))
     node: dict[str, Any] = {"id": node_id}
     for key, (_, name) in NODE_SETTINGS.items():
@@ -35,7 +36,8 @@ def node_config(topology: Topology, node_id: str) -> dict[str, Any]:
     if spec.inter_router_port is not None:
         listeners.append({"host": host, "port": spec.inter_router_port, "role": "inter-router"})
     data: dict[str, Any] = {"node": node, "listeners": listeners}
-    connectors = [{"host": host, "port": topology.node(e.target).inter_router_port, "cost": e.cost}
+    connectors = [{"host": topology.host_of(e.target), "port": topology.node(e.target).inter_router_port,
+                   "cost": e.cost}
                   for e in topology.edges if e.source == node_id]
     if connectors:
         data["connectors"] = connectors

@@ -22,7 +22,7 @@ from router.meshctl.model import DEFAULT_HOST, Edge, NodeSpec, Topology
 from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_config
 
 ROOT_KEYS = ("name", "host", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
-NODE_KEYS = ("client_port", "inter_router_port")
+NODE_KEYS = ("client_port", "inter_router_port", "host")
 EDGE_KEYS = ("from", "to", "cost")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -117,13 +117,16 @@ def _nodes(value: object) -> list[NodeSpec]:
         inter = entry.get("inter_router_port")
         if inter is not None:
             inter = _int(inter, f"{path}.inter_router_port", 1, 65535)
+        host = entry.get("host")
+        host = None if host is None else _host(host, f"{path}.host")
         for port_key, port in (("client_port", client), ("inter_router_port", inter)):
             if port is None:
                 continue
-            if port in ports:
-                raise Invalid(f"{path}.{port_key}", f"duplicate port {port} (already used by {ports[port]})")
-            ports[port] = f"{path}.{port_key}"
-        nodes.append(NodeSpec(node_id, client, inter))
+            if (host, port) in ports:                   # nodes on other hosts may share port numbers
+                raise Invalid(f"{path}.{port_key}",
+                              f"duplicate port {port} (already used by {ports[host, port]})")
+            ports[host, port] = f"{path}.{port_key}"
+        nodes.append(NodeSpec(node_id, client, inter, host))
     return nodes
 
 

@@ -98,6 +98,7 @@ class NetLab:
     links: dict[frozenset, Link] = field(default_factory=dict)
     nodes: list[NodeProcess] = field(default_factory=list)
     net: int = field(default_factory=lambda: 100 + os.getpid() % 100)
+    switch: str = ""                                              # the LAN's namespace, if any
 
     # ---- topology
     def ns(self, host: str) -> str:
@@ -205,8 +206,50 @@ class NetLab:
         self.nodes.append(node)
         return node
 
+    def start_config(self, host: str, cfg: dict) -> NodeProcess:
+        """Run a node with config data `cfg` (e.g. rendered by `meshrouter mesh render`) in ``host``'s
+        namespace."""
+        node = launch(cfg, self.tmp, len(self.nodes), prefix=("ip", "netns", "exec", self.ns(host)))
+        self.nodes.append(node)
+        return node
+
+    # ---- one LAN for every host, with host names
+    def lan(self) -> dict[str, str]:
+        """Put every host on one switched LAN (a bridge in a namespace of its own, 10.<n>.2.0/24);
+        returns host -> its LAN address."""
+        switch = f"mr{self.tag}sw"
+        sh("ip", "netns", "add", switch)
+        self.switch = switch
+        sh("ip", "netns", "exec", switch, "ip", "link", "add", "br0", "type", "bridge")
+        sh("ip", "netns", "exec", switch, "ip", "link", "set", "br0", "up")
+        addresses = {}
+        for i, name in enumerate(self.hosts):
+            port, nic = f"m{self.tag}{name}s", f"m{self.tag}{name}l"
+            sh("ip", "link", "add", port, "netns", switch, "type", "veth", "peer", "name", nic,
+               "netns", self.ns(name))
+            sh("ip", "netns", "exec", switch, "ip", "link", "set", port, "master", "br0")
+            sh("ip", "netns", "exec", switch, "ip", "link", "set", port, "up")
+            addresses[name] = f"10.{self.net}.2.{i + 1}"
+            self.run(name, "ip", "addr", "add", f"{addresses[name]}/24", "dev", nic)
+            self.run(name, "ip", "link", "set", nic, "up")
+        return addresses
+
+    def host_names(self, names: dict[str, str]) -> None:
+        """Give every host the same /etc/hosts: name -> address (``ip netns exec`` mounts
+        /etc/netns/<namespace>/hosts over /etc/hosts for what it runs)."""
+        text = "127.0.0.1 localhost\n" + "".join(f"{ip} {name}\n" for name, ip in names.items())
+        for ns in self.hosts.values():
+            directory = Path("/etc/netns") / ns
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "hosts").write_text(text)
+
     # ---- clean-up
     def destroy(self) -> None:
+        if self.switch:
+            sh("ip", "netns", "del", self.switch, check=False)
+            self.switch = ""
+        for ns in self.hosts.values():
+            shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
         for name, ns in self.hosts.items():
             sh("ip", "link", "del", f"m{self.tag}{name}r", check=False)   # at once, not when the kernel
             sh("ip", "netns", "del", ns, check=False)                      # gets round to freeing ns
