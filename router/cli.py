@@ -103,13 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     from router.management.reload import add_parser as add_reload
 
     add_reload(commands)
+    from router.management.manage import add_parser as add_manage
+
+    add_manage(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``meshrouter`` script and ``python -m router``; returns the exit code."""
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:           # KEY=VALUE after options (`manage create --type listener port=5680`)
+            if not hasattr(args, "attributes") or any(a.startswith("-") or "=" not in a for a in extra):
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            args.attributes += extra
     except SystemExit as exc:  # --help, --version and usage errors: argparse has printed already
         return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_FAILURE)
     try:

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 
-from router.config import ConfigError, NodeConfig
+from router.config import ConfigError, NodeConfig, load_config_data
 from router.management.agent import ManagementAgent
 from router.node.server import NodeServer
 
@@ -87,6 +87,7 @@ def build(config: NodeConfig, loop: asyncio.AbstractEventLoop) -> NodeServer:
 async def _serve(config: NodeConfig) -> int:
     loop = asyncio.get_running_loop()
     server = build(config, loop)
+    server.config_data = _config_data(config)
     try:
         server.start()
     except OSError as exc:
@@ -106,6 +107,15 @@ async def _serve(config: NodeConfig) -> int:
     await server.stopped
     log.info("node %s stopped", config.node_id)
     return 0
+
+
+def _config_data(config: NodeConfig) -> object:
+    """The YAML data of the node's config file, which management writes edit (None: not from a file)."""
+    try:
+        data, again = load_config_data(config.source)
+    except ConfigError:
+        return None
+    return data if again == config else None
 
 
 def run_node(config: NodeConfig) -> int:

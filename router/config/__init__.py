@@ -21,7 +21,7 @@ above import this one.
 from router.config.brokers import DIRECTIONS, SEMANTICS, BridgeConfig, BrokerConfig
 from router.config.checks import RESERVED_FIRST_TOKENS
 from router.config.keys import Invalid, wrong_type
-from router.config.load import ConfigError, load_config, parse_config
+from router.config.load import ConfigError, load_config, load_config_data, parse_config
 from router.config.model import (
     CONNECTOR_ROLES,
     CONNECTOR_SASL_MECHANISMS,
@@ -57,5 +57,5 @@ __all__ = [
     "SASL_MECHANISMS", "SEMANTICS", "TLS_PROTOCOLS", "UINT32_MAX",
     "AddressRule", "BridgeConfig", "BrokerConfig", "ConfigError", "ConnectorConfig", "ConnectorSasl",
     "ConnectorTls", "Invalid", "ListenerConfig", "ListenerSasl", "ListenerTls", "MetricsConfig",
-    "NodeConfig", "RouterTimers", "load_config", "parse_config", "wrong_type",
+    "NodeConfig", "RouterTimers", "load_config", "load_config_data", "parse_config", "wrong_type",
 ]

@@ -36,6 +36,11 @@ class ConfigError(Exception):
 
 def load_config(path: str | os.PathLike[str]) -> NodeConfig:
     """Read, parse and validate a YAML config file; every failure is a :class:`ConfigError`."""
+    return load_config_data(path)[1]
+
+
+def load_config_data(path: str | os.PathLike[str]) -> tuple[object, NodeConfig]:
+    """:func:`load_config`, with the YAML data it was built from (what management writes edit)."""
     source = os.fsdecode(os.fspath(path))
     try:
         with open(path, encoding="utf-8") as f:
@@ -48,7 +53,7 @@ def load_config(path: str | os.PathLike[str]) -> NodeConfig:
         data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(source, "<file>", yaml_problem(exc)) from None
-    return parse_config(data, source)
+    return data, parse_config(data, source)
 
 
 def parse_config(data: object, source: str) -> NodeConfig:

@@ -14,7 +14,9 @@ connections' reply addresses:
 * ``address``: reply addresses other than the requester's are left out;
 * ``listener``: the file paths in `settings` (certificates, keys, CAs, users files, sasldb) are null;
 * ``broker``: `url` is null (it names a host and a user);
-* ``node``: `lastReload` is null (its lines name files, hosts and ports).
+* ``node``: `lastReload` is null (its lines name files, hosts and ports);
+* ``connector``: the file paths in `settings` are null;
+* ``policy-group``: `settings` is null (it names users and hosts).
 
 `level` is there for the operations that change the node (issue 20): they need ``write``.
 """
@@ -64,6 +66,12 @@ class EntityView:
 
     def _node(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "lastReload": None} for r in rows]
+
+    def _connector(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "settings": _without_files(r.get("settings"))} for r in rows]
+
+    def _policy_group(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{**r, "settings": None} for r in rows]
 
     def _broker(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**r, "url": None} for r in rows]

@@ -31,6 +31,7 @@ from router.amqp.message import decode_message, encode_message
 from router.management.access import EntityView
 from router.management.entities import NodeEntities
 from router.management.requests import INTERNAL, answer
+from router.management.writes import WRITE_OPERATIONS, ConfigWriter
 from router.policy.levels import READ, REDACTED, WRITE
 from router.policy.reserved import agent_addresses
 
@@ -48,6 +49,7 @@ class ManagementAgent:
     def __init__(self, server: Any, loop: asyncio.AbstractEventLoop,
                  attach: Callable[[socket.socket, str], object]) -> None:
         self.entities = NodeEntities(server)
+        self.writer = ConfigWriter(server)
         self.conn = NodeConnection(loop, attach, "management")
         # one receiver per access level: the address a request arrives on is the level it was granted
         self.receivers = {level: self.conn.receiver(agent_addresses(level), _Requests(self, level))
@@ -92,9 +94,13 @@ class ManagementAgent:
         if not reply_to:
             log.info("management: request without reply_to dropped")
             return
-        status, description, body = answer(properties, request.body,
-                                           EntityView(self.entities, level, reply_to))
-        if status != 200:
+        operation = properties.get("operation") if isinstance(properties, dict) else None
+        if isinstance(operation, str) and operation.upper() in WRITE_OPERATIONS:
+            status, description, body = self._write(properties, request.body, level)
+        else:
+            status, description, body = answer(properties, request.body,
+                                               EntityView(self.entities, level, reply_to))
+        if status >= 300:
             props = properties if isinstance(properties, dict) else {}
             entity_type = props.get("entityType") or props.get("type")
             log.info("management: %s %s: %d %s", props.get("operation"), entity_type, status, description)
@@ -106,6 +112,13 @@ class ManagementAgent:
                            "internal error encoding the answer (logged on the node)", None)
         self.answered += 1
         self._send((reply_to, reply))
+
+    def _write(self, properties: dict, body: object, level: int) -> tuple[int, str, Any]:
+        try:
+            return self.writer.answer(properties, body, level)
+        except Exception:                       # a bug must not cost the node
+            log.exception("management: internal error in %s", properties.get("operation"))
+            return INTERNAL, "internal error applying the change (logged on the node)", None
 
     def _more_credit(self, level: int) -> None:
         link = self.receivers[level]

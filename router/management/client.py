@@ -156,7 +156,7 @@ class ManagementClient:
         except ProtonException as exc:
             raise ManagementUnavailable(f"{where}: {_reason(exc)}") from None
         status, description = _status(response)
-        if status != STATUS_OK:
+        if not STATUS_OK <= status < 300:         # 201 Created, 204 No Content too
             raise ManagementError(status, description)
         return response.body
 

@@ -43,6 +43,9 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
         "silent", "linkCount", "standby", "waiting", "peakUnconfirmed", "inflightToMesh"),
     "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "settings"),
+    "connector": ("identity", "host", "port", "role", "cost", "connected", "settings"),
+    "address-rule": ("identity", "prefix", "distribution"),
+    "policy-group": ("identity", "vhost", "name", "settings"),
     "policy": ("identity", "listener", "vhost", "group", "connectionCount", "connectionsOpened",
                "connectionsDenied", "sessionsDenied", "linksDenied", "messagesDenied"),
 }
@@ -74,6 +77,9 @@ class NodeEntities:
             "router-node": self.router_nodes,
             "broker": self.brokers,
             "listener": self.listeners,
+            "connector": self.connectors,
+            "address-rule": self.address_rules,
+            "policy-group": self.policy_groups,
             "policy": self.policy,
         }
 
@@ -257,6 +263,33 @@ class NodeEntities:
                          "connectionCount": counts.get(ident, 0), "settings": settings})
         return rows
 
+
+    # ---- the configuration that management writes change (router.management.writes) -------------------
+    def connectors(self) -> list[dict[str, Any]]:
+        rows = []
+        for connector in self.server.connectors:
+            cc = connector.config
+            settings = {k: v for k, v in _fields(cc) if k not in ("host", "port", "role", "cost")}
+            rows.append({"identity": f"{cc.host}:{cc.port}", "host": cc.host, "port": cc.port,
+                         "role": cc.role, "cost": cc.cost, "connected": connector.conn is not None,
+                         "settings": settings})
+        return rows
+
+    def address_rules(self) -> list[dict[str, Any]]:
+        return [{"identity": r.prefix, "prefix": r.prefix, "distribution": r.distribution}
+                for r in self.server.config.address_rules]
+
+    def policy_groups(self) -> list[dict[str, Any]]:
+        policy = self.server.config.policy
+        if policy is None:
+            return []
+        rows = []
+        for vhost, vp in policy.all_vhosts().items():
+            for name, group in vp.groups.items():
+                identity = name if vhost == "default" else f"{vhost}/{name}"
+                rows.append({"identity": identity, "vhost": vhost, "name": name,
+                             "settings": dict(_fields(group))})
+        return rows
 
     # ---- authorization -----------------------------------------------------------------------------------
     def policy(self) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from router.addressing import AddressRules
-from router.config import ConfigError, NodeConfig, load_config
+from router.config import ConfigError, NodeConfig, load_config_data
 from router.logs import setup_logging
 
 log = logging.getLogger(__name__)
@@ -64,12 +64,13 @@ def reload(server: Any) -> ReloadResult:
     seq = (server.last_reload.seq if server.last_reload is not None else 0) + 1
     result = ReloadResult(seq, time.time())
     try:
-        new = load_config(server.config.source)
+        data, new = load_config_data(server.config.source)
     except ConfigError as exc:
         result.errors.append(str(exc))
         log.error("reload: %s; the node keeps running with its current config", exc)
     else:
         apply(server, new, result)
+        server.config_data = data
         for line in result.changes:
             log.info("reload: %s", line)
         if result.restart:
@@ -87,8 +88,8 @@ def apply(server: Any, new: NodeConfig, result: ReloadResult) -> None:
     old: NodeConfig = server.config
     result.restart.extend(f.name for f in dataclasses.fields(NodeConfig)
                           if f.name not in APPLIED and getattr(old, f.name) != getattr(new, f.name))
-    _listeners(server, old, new, result)
-    _connectors(server, old, new, result)
+    failed_listeners = _listeners(server, old, new, result)
+    failed_connectors = _connectors(server, old, new, result)
     if (old.address_rules, old.default_distribution) != (new.address_rules, new.default_distribution):
         server.core.rules = AddressRules([(r.prefix, r.distribution) for r in new.address_rules],
                                          new.default_distribution)
@@ -103,10 +104,14 @@ def apply(server: Any, new: NodeConfig, result: ReloadResult) -> None:
         result.changes.append(f"log level {new.log_level}"
                               + (f", per logger {dict(new.log_levels)}" if new.log_levels else ""))
     kept = {name: getattr(old, name) for name in result.restart}
+    # what could not be opened is not running: a later reload (or write) tries it again
+    kept["listeners"] = tuple(lc for lc in new.listeners if lc not in failed_listeners)
+    kept["connectors"] = tuple(cc for cc in new.connectors if cc not in failed_connectors)
     server.config = dataclasses.replace(new, **kept)
 
 
-def _listeners(server: Any, old: NodeConfig, new: NodeConfig, result: ReloadResult) -> None:
+def _listeners(server: Any, old: NodeConfig, new: NodeConfig, result: ReloadResult) -> list[Any]:
+    """Close the listeners `new` no longer has, open those it adds; returns those that failed to open."""
     gone, added = _difference(old.listeners, new.listeners)
     for lc in gone:
         # the newest of equal ones (two listeners on port 0 differ only by the port they got)
@@ -115,6 +120,7 @@ def _listeners(server: Any, old: NodeConfig, new: NodeConfig, result: ReloadResu
             closed = server.close_listener(listener)
             result.changes.append(f"listener {listener.name} ({lc.role}) closed, with its {closed} "
                                   "connection(s)")
+    failed = []
     for lc in added:
         index = new.listeners.index(lc)
         try:
@@ -122,25 +128,31 @@ def _listeners(server: Any, old: NodeConfig, new: NodeConfig, result: ReloadResu
         except (OSError, ConfigError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             result.errors.append(f"cannot listen: {detail}")
+            failed.append(lc)
         else:
             result.changes.append(f"listener {listener.name} ({lc.role}) opened")
+    return failed
 
 
-def _connectors(server: Any, old: NodeConfig, new: NodeConfig, result: ReloadResult) -> None:
+def _connectors(server: Any, old: NodeConfig, new: NodeConfig, result: ReloadResult) -> list[Any]:
+    """Stop the connectors `new` no longer has, start those it adds; returns those that failed."""
     gone, added = _difference(old.connectors, new.connectors)
     for cc in gone:
         connector = next((c for c in server.connectors if c.config == cc), None)
         if connector is not None:
             server.remove_connector(connector)
             result.changes.append(f"connector to {cc.host}:{cc.port} removed")
+    failed = []
     for cc in added:
         index = new.connectors.index(cc)
         try:
             server.add_connector(cc, index)
         except ConfigError as exc:
             result.errors.append(str(exc))
+            failed.append(cc)
         else:
             result.changes.append(f"connector to {cc.host}:{cc.port} added")
+    return failed
 
 
 def _difference(old: Sequence[T], new: Sequence[T]) -> tuple[list[T], list[T]]:

@@ -93,6 +93,7 @@ class NodeServer:
         # forwarding latency: input read -> every resulting output written, per batch of events
         self.pump_latency = Histogram(FORWARDING_BOUNDS)
         self.last_reload: object = None     # router.node.reconfigure.ReloadResult of the last reload
+        self.config_data: object = None     # the YAML data `config` was built from (management edits it)
 
     def reload(self) -> object:
         """Read the config file again and apply what changed (SIGHUP; router.node.reconfigure)."""
