@@ -102,12 +102,13 @@ class Connection:
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
-                 "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost")
+                 "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost", "framed")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
                  client: bool = False, cost: int = 1) -> None:
         self.sock = sock
+        self.framed = getattr(sock, "framed", False)    # router.adapter.websocket.WebSocketStream
         self.peer = peer
         self.role = role
         self.client = client           # we connected out (a connector), so we open and attach first
@@ -216,6 +217,8 @@ class Connection:
             p = pn_transport_pending(t)
         if p < 0:
             return DONE
+        if self.framed and sock.pending():      # a WebSocket stream still holds bytes for the socket
+            return BLOCKED
         if p == 0 and self.input_closed:
             # Nothing more to say and nothing more to read (an input error, or the node gave up on
             # the connection): close both sides so the connection can be torn down now

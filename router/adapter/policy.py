@@ -59,6 +59,16 @@ class ConnectionPolicy:
     max_message_size: int = UNLIMITED
     max_links: int = UNLIMITED
     vhost: str | None = None               # the listener's policy_vhost (router.policy)
+    websocket_path: str | None = None      # AMQP over WebSocket on this path (router.adapter.websocket)
+    websocket_tls: object = None           # its ssl.SSLContext (wss://): Python's TLS, not Proton's
+
+    def wrap(self, sock: object) -> object:
+        """The stream a new accepted socket is read and written through (a WebSocket, or the socket)."""
+        if self.websocket_path is None:
+            return sock
+        from router.adapter.websocket import WebSocketStream
+
+        return WebSocketStream(sock, self.websocket_path, self.websocket_tls)
 
     def apply(self, conn: object) -> None:
         """Configure a new connection's transport (before its first byte) and its limits."""
@@ -107,7 +117,11 @@ def listener_policy(lc: ListenerConfig, name: str, node_idle_timeout: float, loo
                          max_message_size=lc.max_message_size or UNLIMITED,
                          max_links=lc.max_links or UNLIMITED, vhost=lc.policy_vhost)
     tls, sasl = lc.tls, lc.sasl
-    if tls is not None:
+    if lc.websocket:
+        p.websocket_path = lc.websocket_path
+        if tls is not None:
+            p.websocket_tls = _websocket_tls(tls)
+    elif tls is not None:
         try:
             p.domain = server_domain(tls.cert, tls.key, _password(tls.key_password_file), tls.ca,
                                      tls.require_client_cert, tls.protocols)
@@ -131,6 +145,21 @@ def listener_policy(lc: ListenerConfig, name: str, node_idle_timeout: float, loo
         sasl_impl.configure_cyrus(sasl.sasldb, mechs)
         p.sasl = "cyrus"
     return p
+
+
+def _websocket_tls(tls: object) -> object:
+    """The ssl.SSLContext of a `wss://` listener; raises PolicyError."""
+    import ssl
+
+    from router.adapter.websocket import tls_context
+
+    if tls.require_client_cert:
+        raise PolicyError("tls.require_client_cert", "not available with websocket: true (client "
+                                                     "certificates and SASL EXTERNAL need plain AMQP)")
+    try:
+        return tls_context(tls.cert, tls.key, _password(tls.key_password_file), tls.ca, False, tls.protocols)
+    except (OSError, ssl.SSLError) as exc:
+        raise PolicyError("tls", f"cannot load the certificate or key: {exc}") from None
 
 
 def connector_policy(cc: ConnectorConfig, node_idle_timeout: float) -> ConnectionPolicy:

@@ -81,6 +81,12 @@ class ListenerSasl:
         c.boolean, "offer and accept PLAIN on connections without TLS", False)
 
 
+def _ws_path(value: object, path: str) -> str:
+    if not isinstance(value, str) or not value.startswith("/") or any(ch.isspace() for ch in value):
+        raise Invalid(path, f"must be an HTTP path starting with '/', without spaces, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class ListenerConfig:
     """One listening socket, with its security settings and per-connection limits (None = no limit)."""
@@ -111,6 +117,11 @@ class ListenerConfig:
     policy_vhost: str | None = declare(
         c.host, "the `policy:` vhost of this listener's connections, whatever their Open's hostname "
                 "(`default`: the top-level groups)", None, show="by the Open's hostname")
+    websocket: bool = declare(
+        c.boolean, "AMQP over WebSocket (subprotocol `amqp`, RFC 6455) instead of plain AMQP: for browsers "
+                   "and JavaScript clients such as rhea; with `tls`, WebSocket over TLS (`wss://`)", False)
+    websocket_path: str = declare(
+        Check(_ws_path, "string"), "the HTTP path of the WebSocket upgrade; requests for others get 404", "/")
 
 
 @dataclass(frozen=True)

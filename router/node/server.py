@@ -137,7 +137,9 @@ class NodeServer:
         self.loop.add_reader(sock.fileno(), self._accept, listener)
         self.listeners.append((sock, lc.role))
         self.bound.append(listener)
-        listener.url = f"{'amqps' if lc.tls is not None else 'amqp'}://{host}:{port}"
+        scheme = ("wss" if lc.tls is not None else "ws") if lc.websocket else \
+            ("amqps" if lc.tls is not None else "amqp")
+        listener.url = f"{scheme}://{host}:{port}{lc.websocket_path if lc.websocket else ''}"
         self.urls.append((lc.role, listener.url))
         return listener
 
@@ -246,7 +248,8 @@ class NodeServer:
             sock.setblocking(False)
             if sock.family != socket.AF_UNIX:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = self._serve(sock, f"{addr[0]}:{addr[1]}", lc.role, lc.cost, policy=listener.policy)
+            conn = self._serve(listener.policy.wrap(sock), f"{addr[0]}:{addr[1]}", lc.role, lc.cost,
+                               policy=listener.policy)
             if lc.max_connections is not None and listener.count >= lc.max_connections:
                 self._refuse(conn, listener)
             else:
