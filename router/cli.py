@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     from router.management.manage import add_parser as add_manage
 
     add_manage(commands)
+    from router.management.console import add_parser as add_console
+
+    add_console(commands)
     return parser
 
 
