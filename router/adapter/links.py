@@ -15,7 +15,9 @@ The node's in-process clients (`conn.internal`) are trusted; inter-router connec
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from typing import Any
 
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
@@ -66,10 +68,13 @@ from cproton_ffi.lib import (
 from router.adapter.endpoints import SESSION_CAPACITY, refuse, terminus_address
 from router.adapter.outcomes import NodeOutcome
 from router.adapter.routerlinks import RouterLink
+from router.amqp.frames import refusal
 from router.forwarding.decisions import Refusal
 from router.forwarding.records import MODIFIED, Consumer, Producer
 from router.policy.access import TRUSTED
 from router.policy.engine import Peer
+
+POLICY_ERROR = "amqp:connection:policy-error"
 
 UNAUTHORIZED = b"amqp:unauthorized-access"
 
@@ -169,8 +174,20 @@ class LinkEvents:
             d = pn_condition_get_description(cond)
             desc = ffi.string(d).decode(errors="replace") if d != ffi.NULL else ""
             log.info("connection from %s failed: %s %s", peer, name, desc)
+            if conn is not None and name == POLICY_ERROR and "skipped" in desc:
+                self._say_sasl_required(conn)
         if conn is not None:
             self.dirty.add(conn)
+
+    def _say_sasl_required(self, conn: Any) -> None:
+        """A client skipped the SASL exchange its listener requires: Proton closes without a word, so
+        the node writes header, Open and Close(policy-error) itself, in clear (not over TLS or WebSocket:
+        there Proton or the stream owns the bytes)."""
+        if conn.ssl is not None or conn.framed:
+            return
+        why = "this listener requires SASL authentication; the client skipped it (connect with SASL)"
+        with contextlib.suppress(OSError):
+            conn.sock.send(refusal(self.core.node_id, POLICY_ERROR, why))
 
     # ---- attach -----------------------------------------------------------------------------------------
     def on_link_open(self, ev: object) -> None:

@@ -86,6 +86,21 @@ def test_no_anonymous_means_authentication_required(secure_node, pki, users_file
     assert "Client skipped authentication - forbidden" in node.stderr_tail()
 
 
+def test_skipping_a_required_sasl_exchange_gets_a_clear_close(secure_node, users_file):
+    """Without TLS the node can say why (over TLS the session just ends, as above): header, Open and a
+    Close `amqp:connection:policy-error` naming the problem, instead of a bare TCP close."""
+    from proton import ConnectionException
+    from proton.utils import BlockingConnection
+
+    node, (url,) = secure_node([{"sasl": {"mechanisms": ["PLAIN"], "users_file": str(users_file),
+                                          "allow_plain_without_tls": True}}])
+    with pytest.raises(ConnectionException) as info:
+        BlockingConnection(url, sasl_enabled=False, timeout=10)
+    assert "amqp:connection:policy-error" in str(info.value)
+    assert "requires SASL authentication; the client skipped it" in str(info.value)
+    assert node.alive()
+
+
 # ---- PLAIN with a users file --------------------------------------------------------------------------
 
 def test_plain_good_password(secure_node, pki, users_file):
