@@ -9,7 +9,8 @@ every attribute.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from router import __version__
@@ -75,10 +76,28 @@ class NodeEntities:
             "listener": self.listeners,
             "policy": self.policy,
         }
+        # the big tables: (what to iterate, how one item becomes a row), so that a page builds its rows only
+        self._lazy: dict[str, tuple[Callable[[], Iterable[Any]], Callable[[Any], dict[str, Any]]]] = {
+            "connection": (self._alive_connections, self._connection),
+            "link": (lambda: self.server.engine.links.items(), lambda item: self._link(*item)),
+            "address": (lambda: self.server.core.addresses.values(), self._address),
+        }
 
     def rows(self, entity_type: str) -> list[dict[str, Any]]:
         """Every entity of `entity_type` (a canonical type name) as a dict of all its attributes."""
-        return self._rows[entity_type]()
+        return self.page(entity_type, 0, None)
+
+    def page(self, entity_type: str, offset: int, count: int | None) -> list[dict[str, Any]]:
+        """The entities `offset` to `offset + count` (None: to the end) of `entity_type`, in table order.
+
+        For the types that grow with traffic (connections, links, addresses) only the rows of the page are
+        built: a page costs its size plus a skip over the table, not a row per entity."""
+        stop = None if count is None else offset + count
+        lazy = self._lazy.get(entity_type)
+        if lazy is None:
+            return self._rows[entity_type]()[offset:stop]
+        items, build = lazy
+        return [build(item) for item in itertools.islice(items(), offset, stop)]
 
     @property
     def _now(self) -> float:
@@ -121,28 +140,28 @@ class NodeEntities:
 
     # ---- connections -------------------------------------------------------------------------------------
     def connections(self) -> list[dict[str, Any]]:
-        now = self._now
-        rows = []
-        for conn in self.server.engine.conns.values():
-            if not conn.alive:
-                continue
-            router = conn.router
-            rows.append({
-                "identity": str(conn.ident),
-                "host": conn.peer,
-                "container": conn.remote_container,
-                "role": "internal" if conn.internal else conn.role,
-                "dir": "out" if conn.client else "in",
-                "security": getattr(conn, "security", None) or "no-security",
-                "authenticated": bool(getattr(conn, "authenticated", False)),
-                "user": getattr(conn, "user", None),
-                "saslMechanism": getattr(conn, "sasl_mechanism", None),
-                "uptimeSeconds": int(now - conn.opened),
-                "linkCount": len(conn.links),
-                "peerNode": router.node_id if router is not None else None,
-                "listener": getattr(conn, "listener", None),
-            })
-        return rows
+        return [self._connection(conn) for conn in self._alive_connections()]
+
+    def _alive_connections(self) -> Iterator[Any]:
+        return (conn for conn in self.server.engine.conns.values() if conn.alive)
+
+    def _connection(self, conn: Any) -> dict[str, Any]:
+        router = conn.router
+        return {
+            "identity": str(conn.ident),
+            "host": conn.peer,
+            "container": conn.remote_container,
+            "role": "internal" if conn.internal else conn.role,
+            "dir": "out" if conn.client else "in",
+            "security": getattr(conn, "security", None) or "no-security",
+            "authenticated": bool(getattr(conn, "authenticated", False)),
+            "user": getattr(conn, "user", None),
+            "saslMechanism": getattr(conn, "sasl_mechanism", None),
+            "uptimeSeconds": int(self._now - conn.opened),
+            "linkCount": len(conn.links),
+            "peerNode": router.node_id if router is not None else None,
+            "listener": getattr(conn, "listener", None),
+        }
 
     # ---- links -------------------------------------------------------------------------------------------
     def links(self) -> list[dict[str, Any]]:
@@ -173,22 +192,23 @@ class NodeEntities:
 
     # ---- addresses -------------------------------------------------------------------------------------
     def addresses(self) -> list[dict[str, Any]]:
-        rows = []
-        for a in self.server.core.addresses.values():
-            remote = [d.node for d in a.remote]
-            rows.append({
-                "identity": a.key,
-                "distribution": a.distribution,
-                "subscriberCount": len(a.consumers),
-                "remoteCount": len(remote),
-                "remoteHostRouters": remote,
-                "producerCount": len(a.producers),
-                "deliveriesIngress": a.ingress,
-                "deliveriesEgress": a.egress,
-                "deliveriesTransit": a.transit,
-                "ready": a.ready,
-            })
-        return rows
+        return [self._address(a) for a in self.server.core.addresses.values()]
+
+    @staticmethod
+    def _address(a: Any) -> dict[str, Any]:
+        remote = [d.node for d in a.remote]
+        return {
+            "identity": a.key,
+            "distribution": a.distribution,
+            "subscriberCount": len(a.consumers),
+            "remoteCount": len(remote),
+            "remoteHostRouters": remote,
+            "producerCount": len(a.producers),
+            "deliveriesIngress": a.ingress,
+            "deliveriesEgress": a.egress,
+            "deliveriesTransit": a.transit,
+            "ready": a.ready,
+        }
 
     # ---- the mesh ---------------------------------------------------------------------------------------
     def router_nodes(self) -> list[dict[str, Any]]:
