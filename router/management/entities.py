@@ -80,7 +80,7 @@ class NodeEntities:
         self._lazy: dict[str, tuple[Callable[[], Iterable[Any]], Callable[[Any], dict[str, Any]]]] = {
             "connection": (self._alive_connections, self._connection),
             "link": (lambda: self.server.engine.links.items(), lambda item: self._link(*item)),
-            "address": (lambda: self.server.core.addresses.values(), self._address),
+            "address": (lambda: self.server.core.addresses.values(), self.address_row),
         }
 
     def rows(self, entity_type: str) -> list[dict[str, Any]]:
@@ -163,7 +163,38 @@ class NodeEntities:
             "listener": getattr(conn, "listener", None),
         }
 
+    def connection_roles(self) -> dict[str, int]:
+        """Open connections by `role` (as the rows have it), without building the rows."""
+        roles: dict[str, int] = {}
+        for conn in self._alive_connections():
+            role = "internal" if conn.internal else conn.role
+            roles[role] = roles.get(role, 0) + 1
+        return roles
+
     # ---- links -------------------------------------------------------------------------------------------
+    def link_totals(self) -> LinkTotals:
+        """Links summed by (linkType, linkDir), without building a row per link (for /metrics)."""
+        totals = LinkTotals()
+        count, unsettled, peers = totals.count, totals.unsettled, totals.peer_deliveries
+        for rec in self.server.engine.links.values():
+            if rec.__class__ is RouterLink:
+                key = ("router-control", "out" if rec.outgoing else "in")
+                count[key] = count.get(key, 0) + 1
+                continue
+            if rec.__class__ is Consumer:
+                key = ("inter-router" if rec.peer is not None else "endpoint", "out")
+                held = rec.unsettled
+            else:
+                key = ("inter-router" if rec.router else "endpoint", "in")
+                held = rec.in_flight
+            count[key] = count.get(key, 0) + 1
+            unsettled[key] = unsettled.get(key, 0) + held
+            if key[0] == "inter-router":
+                router = rec.conn.router
+                peer = (router.node_id if router is not None else "", key[1])
+                peers[peer] = peers.get(peer, 0) + rec.delivered
+        return totals
+
     def links(self) -> list[dict[str, Any]]:
         return [self._link(handle, rec) for handle, rec in self.server.engine.links.items()]
 
@@ -192,10 +223,11 @@ class NodeEntities:
 
     # ---- addresses -------------------------------------------------------------------------------------
     def addresses(self) -> list[dict[str, Any]]:
-        return [self._address(a) for a in self.server.core.addresses.values()]
+        return [self.address_row(a) for a in self.server.core.addresses.values()]
 
     @staticmethod
-    def _address(a: Any) -> dict[str, Any]:
+    def address_row(a: Any) -> dict[str, Any]:
+        """The row of one address record (router.forwarding.records.Address)."""
         remote = [d.node for d in a.remote]
         return {
             "identity": a.key,
@@ -284,6 +316,15 @@ class NodeEntities:
                          "connectionsDenied": s.denied_connections, "sessionsDenied": s.denied_sessions,
                          "linksDenied": s.denied_links, "messagesDenied": s.denied_messages})
         return rows
+
+
+@dataclasses.dataclass
+class LinkTotals:
+    """Links summed for /metrics: count and unsettled deliveries by (type, dir), deliveries by (peer, dir)."""
+
+    count: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    unsettled: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    peer_deliveries: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
 
 def _fields(obj: object) -> Iterator[tuple[str, Any]]:
