@@ -14,6 +14,7 @@ event (the adapter calls)                   decision (returned, or taken later)
 `copy_settled` (a multicast copy ended)     BEST / DONE flags for the group
 `detach_consumer`                           each delivery it leaves: RELEASED or MODIFIED
 `set_routes` (the mesh view changed)        credit for producers of addresses now reachable
+`update_remote_addresses` (holders changed)  the same, for the changed mobile addresses only
 `take_credit_actions` (once per pump)       ``(producer, amount)`` grants and producers to drain
 `take_local_address_changes`                mobile addresses gained / lost, for the control plane
 `take_watched_changes`                      watched addresses whose consumers changed

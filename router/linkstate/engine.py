@@ -258,8 +258,22 @@ class LinkStateEngine:
 
     @property
     def known_addresses(self) -> Mapping[str, frozenset[str]]:
-        """Mobile address -> ids of the *other* nodes having it (reachable or not: check ``reachable``)."""
-        return MappingProxyType(self._remote.index())
+        """Mobile address -> ids of the *other* nodes having it (reachable or not: check ``reachable``); a
+        read-only view of the engine's index, not a copy."""
+        return self._remote.index()
+
+    def addresses_of(self, node: str) -> Mapping[str, int | None]:
+        """The mobile addresses ``node`` has, as held here (a copy): address -> hint."""
+        return self._remote.addresses_of(node)
+
+    def holders_of(self, address: str) -> tuple[str, ...]:
+        """Ids of the other nodes that have mobile ``address`` (reachable or not)."""
+        return self._remote.holders(address)
+
+    def take_address_changes(self) -> set[str] | None:
+        """Mobile addresses whose holders changed since the last call (None on the first call: all), so
+        that a route table follows in O(changed addresses)."""
+        return self._remote.take_changed()
 
     def address_hint(self, address: str) -> int | None:
         """The MAU hint (treatment) other nodes gave ``address``."""
@@ -306,7 +320,7 @@ class LinkStateEngine:
         """Every other node the link-state database knows: id, instance, ls_seq, mobile_seq, addresses."""
         return [{"id": node.id, "instance": node.instance, "ls_seq": node.ls_seq,
                  "mobile_seq": self._remote.seq_of(node.id),
-                 "addresses": len(self._remote.addresses_of(node.id))}
+                 "addresses": self._remote.count_of(node.id)}
                 for node in sorted(self._lsdb.nodes.values(), key=lambda n: n.id)]
 
     def link_state(self, node: str) -> Mapping[str, int] | None:
