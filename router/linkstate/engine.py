@@ -89,6 +89,7 @@ class LinkStateEngine:
         self._owe_mau: set[str] = set()  # MAR senders we could not answer yet
         self._wants_due = False  # something became reachable since the wants were last tried
         self._last_ra = -math.inf
+        self._last_mau = -math.inf      # the last diff MAU: the next waits `mobile_interval`
         self._last_scan = -math.inf
         self._last_retry = -math.inf
         self._last_change = -math.inf
@@ -150,8 +151,9 @@ class LinkStateEngine:
             self._recompute(now)
         if self._wants_due:
             self._flush_wants(now, out)
-        diff = self._local.take_diff()
+        diff = self._local.take_diff() if due(now, self._last_mau, self.config.mobile_interval) else None
         if diff is not None:
+            self._last_mau = now
             seq, added, deleted = diff
             body = MobileAddressUpdate(self.node_id, self.instance, seq, add=tuple(added),
                                        delete=tuple(deleted), hints=tuple(added.values())).to_map()
