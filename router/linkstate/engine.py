@@ -204,6 +204,10 @@ class LinkStateEngine:
         self._handlers[opcode](msg, now, link_id, out)
         return out
 
+    def heard(self, link_id: LinkId, now: float) -> None:
+        """Bytes arrived on ``link_id`` (any frame, data or control): its neighbour counts as heard now."""
+        self._neighbors.heard(link_id, now)
+
     def route_control(self, target: str, trace: Sequence[str]) -> LinkId | None:
         """The link to forward a control message for node ``target`` on (None: drop it).
 

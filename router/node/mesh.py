@@ -84,6 +84,10 @@ class MeshControl:
             return
         self._send(out)
 
+    def heard(self, conn: object) -> None:
+        """The inter-router connection `conn` delivered input: its peer is alive."""
+        self.ls.heard(conn, self._clock())
+
     def tick(self) -> None:
         self.pending = False
         self._send(self.ls.tick(self._clock()))
