@@ -191,7 +191,7 @@ class RouterLinks:
         # given the control messages that arrive; None on an engine without one
         self.mesh: object = None
         self._links_epoch = 0        # bumped when a data link to a peer comes or goes
-        self._routes_synced: tuple[int, int, int] | None = None
+        self._routes_synced: tuple[int, int] | None = None   # (routes epoch, links epoch) given the core
         self._tagnum = ffi.new("uint64_t *")
         self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
 
@@ -307,8 +307,11 @@ class RouterLinks:
         if mesh.pending:                # act now (paths, address updates), not at the next timer tick
             mesh.tick()
         ls = mesh.ls
-        epoch = (ls.routes_epoch, ls.addresses_epoch, self._links_epoch)
-        if epoch == self._routes_synced:
+        changed = ls.take_address_changes()
+        epoch = (ls.routes_epoch, self._links_epoch)
+        if epoch == self._routes_synced and changed is not None:
+            if changed:             # only mobile addresses changed: O(changed), not a rescan of the table
+                self.core.update_remote_addresses(changed, ls.holders_of)
             return
         self._routes_synced = epoch
         nodes = {}

@@ -176,6 +176,11 @@ class MetricsConfig:
     port: int = declare(
         c.int_in(0, 65535), "0 picks a free port (printed on stdout as `listening: role=metrics url=...`)",
         9464)
+    addresses: tuple[str, ...] = declare(
+        c.list_of(c.string, "addresses"), "addresses that always have per-address series", ())
+    top_addresses: int = declare(
+        c.int_in(0, 10000), "per-address series also for the N addresses with the most deliveries (so a "
+        "scrape stays small whatever the number of addresses)", 20)
 
 
 @dataclass(frozen=True)

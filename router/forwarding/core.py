@@ -14,6 +14,7 @@ event (the adapter calls)                   decision (returned, or taken later)
 `copy_settled` (a multicast copy ended)     BEST / DONE flags for the group
 `detach_consumer`                           each delivery it leaves: RELEASED or MODIFIED
 `set_routes` (the mesh view changed)        credit for producers of addresses now reachable
+`update_remote_addresses` (holders changed)  the same, for the changed mobile addresses only
 `take_credit_actions` (once per pump)       ``(producer, amount)`` grants and producers to drain
 `take_local_address_changes`                mobile addresses gained / lost, for the control plane
 `take_watched_changes`                      watched addresses whose consumers changed
@@ -372,23 +373,29 @@ class RouterCore(Settlement):
             yield from a.producers
 
     def snapshot(self, hidden: Callable[[Consumer | Producer], bool] | None = None) -> dict:
-        """Sizes of the internal tables and the counters (for logs).
+        """Sizes of the internal tables and the counters (for the state log line): counts, never the tables
+        themselves, so the line stays small whatever the number of addresses (the tables are read through
+        management).
 
         Links for which `hidden(link)` is true are left out, and so are addresses only they use.
         """
-        def shown(links: list) -> list:
-            return links if hidden is None else [x for x in links if not hidden(x)]
+        def shown(links: list) -> int:
+            return len(links) if hidden is None else sum(1 for x in links if not hidden(x))
 
-        addresses = {}
+        addresses = remote = consumers = producers = 0
         for a in self.addresses.values():
-            consumers, producers = shown(a.consumers), shown(a.producers)
-            if consumers or producers or a.remote or (not a.consumers and not a.producers):
-                addresses[a.key] = {"distribution": a.distribution, "consumers": len(consumers),
-                                    "producers": len(producers), "ready": a.ready,
-                                    "remote": [d.node for d in a.remote]}
+            c, p = shown(a.consumers), shown(a.producers)
+            if c or p or a.remote or (not a.consumers and not a.producers):
+                addresses += 1
+                remote += bool(a.remote)
+                consumers += c
+                producers += p
         return {
             "node": self.node_id,
             "addresses": addresses,
+            "remote_addresses": remote,
+            "consumers": consumers,
+            "producers": producers,
             "in_flight": len(self.in_flight),
             "counters": {**self.counters, **self.outcome_totals()},
         }

@@ -181,6 +181,23 @@ class AddressTable:
             elif a.remote or a.key in wanted:
                 self._set_remote(a, wanted.get(a.key, []))
 
+    def update_remote_addresses(self, keys: Iterable[str],
+                                holders_of: Callable[[str], Iterable[str]]) -> None:
+        """Mobile addresses `keys` changed holders (the mesh's nodes and paths did not): follow them in
+        O(len(keys)). `holders_of(key)`: the other nodes that have consumers for `key`."""
+        nodes = self.nodes
+        for key in keys:
+            if self._scoped_node(key) is not None:
+                continue
+            reachable = [n for n in holders_of(key) if n in nodes]
+            a = self.addresses.get(key)
+            if a is None:
+                if not reachable:
+                    continue
+                a = self.addresses[key] = Address(key, self.rules.distribution(key))
+            if a.remote or reachable:
+                self._set_remote(a, reachable)
+
     def _set_remote(self, a: Address, nodes: list[str]) -> None:
         old = {d.node: d for d in a.remote}
         remote = []

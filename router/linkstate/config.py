@@ -33,6 +33,8 @@ class LinkStateConfig:
     ``ls_max_age``: a remote link state not refreshed by an RA or LSU for this long is cleared.
     ``node_grace``: a node without link state that no one names is forgotten after this long.
     ``request_retry``: an unanswered LSR or MAR may be repeated after this long.
+    ``mobile_interval``: local address changes go out as at most one diff MAU per interval (coalesced:
+    a storm of attaches costs a few MAUs and RAs, not one per batch of events).
     """
 
     hello_interval: float = HELLO_INTERVAL
@@ -42,6 +44,7 @@ class LinkStateConfig:
     ls_max_age: float = LS_MAX_AGE
     node_grace: float = 3.0
     request_retry: float = 1.0
+    mobile_interval: float = 0.1
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -89,6 +89,7 @@ class LinkStateEngine:
         self._owe_mau: set[str] = set()  # MAR senders we could not answer yet
         self._wants_due = False  # something became reachable since the wants were last tried
         self._last_ra = -math.inf
+        self._last_mau = -math.inf      # the last diff MAU: the next waits `mobile_interval`
         self._last_scan = -math.inf
         self._last_retry = -math.inf
         self._last_change = -math.inf
@@ -150,8 +151,9 @@ class LinkStateEngine:
             self._recompute(now)
         if self._wants_due:
             self._flush_wants(now, out)
-        diff = self._local.take_diff()
+        diff = self._local.take_diff() if due(now, self._last_mau, self.config.mobile_interval) else None
         if diff is not None:
+            self._last_mau = now
             seq, added, deleted = diff
             body = MobileAddressUpdate(self.node_id, self.instance, seq, add=tuple(added),
                                        delete=tuple(deleted), hints=tuple(added.values())).to_map()
@@ -201,6 +203,10 @@ class LinkStateEngine:
         self.counters[_IN[opcode]] += 1
         self._handlers[opcode](msg, now, link_id, out)
         return out
+
+    def heard(self, link_id: LinkId, now: float) -> None:
+        """Bytes arrived on ``link_id`` (any frame, data or control): its neighbour counts as heard now."""
+        self._neighbors.heard(link_id, now)
 
     def route_control(self, target: str, trace: Sequence[str]) -> LinkId | None:
         """The link to forward a control message for node ``target`` on (None: drop it).
@@ -258,8 +264,22 @@ class LinkStateEngine:
 
     @property
     def known_addresses(self) -> Mapping[str, frozenset[str]]:
-        """Mobile address -> ids of the *other* nodes having it (reachable or not: check ``reachable``)."""
-        return MappingProxyType(self._remote.index())
+        """Mobile address -> ids of the *other* nodes having it (reachable or not: check ``reachable``); a
+        read-only view of the engine's index, not a copy."""
+        return self._remote.index()
+
+    def addresses_of(self, node: str) -> Mapping[str, int | None]:
+        """The mobile addresses ``node`` has, as held here (a copy): address -> hint."""
+        return self._remote.addresses_of(node)
+
+    def holders_of(self, address: str) -> tuple[str, ...]:
+        """Ids of the other nodes that have mobile ``address`` (reachable or not)."""
+        return self._remote.holders(address)
+
+    def take_address_changes(self) -> set[str] | None:
+        """Mobile addresses whose holders changed since the last call (None on the first call: all), so
+        that a route table follows in O(changed addresses)."""
+        return self._remote.take_changed()
 
     def address_hint(self, address: str) -> int | None:
         """The MAU hint (treatment) other nodes gave ``address``."""
@@ -306,7 +326,7 @@ class LinkStateEngine:
         """Every other node the link-state database knows: id, instance, ls_seq, mobile_seq, addresses."""
         return [{"id": node.id, "instance": node.instance, "ls_seq": node.ls_seq,
                  "mobile_seq": self._remote.seq_of(node.id),
-                 "addresses": len(self._remote.addresses_of(node.id))}
+                 "addresses": self._remote.count_of(node.id)}
                 for node in sorted(self._lsdb.nodes.values(), key=lambda n: n.id)]
 
     def link_state(self, node: str) -> Mapping[str, int] | None:

@@ -74,9 +74,15 @@ def _node_id(value: Any, what: str, sender: str | None) -> str:
 
 
 def _str_list(value: Any, key: str, sender: str | None) -> tuple[str, ...]:
+    if type(value) in (list, tuple) and set(map(type, value)) <= _STR:   # the usual case, at C speed
+        return tuple(value)
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ControlMessageError(f"{key!r} must be a list of strings", sender)
     return tuple(str(v) for v in value)
+
+
+_STR = {str}
+_INT = {int}
 
 
 def _optional(body: Mapping[str, Any], key: str) -> Any:
@@ -286,7 +292,8 @@ class MobileAddressUpdate:
         seq = _int(body, "mobile_seq", sender)
         exist, add, delete = (_optional(body, k) for k in ("exist", "add", "del"))
         hints = _optional(body, "hints")
-        if hints is not None and (not isinstance(hints, list | tuple) or not all(_is_int(h) for h in hints)):
+        if hints is not None and not (type(hints) in (list, tuple) and set(map(type, hints)) <= _INT) \
+                and (not isinstance(hints, list | tuple) or not all(_is_int(h) for h in hints)):
             raise ControlMessageError("'hints' must be a list of integers", sender)
         return cls(  # __post_init__ checks the exist / add+del combination
             sender, instance, seq,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from router.linkstate.config import due
@@ -98,13 +98,20 @@ class _Remote:
 
 
 class RemoteAddresses:
-    """Mobile addresses of the other nodes, and an index address -> nodes."""
+    """Mobile addresses of the other nodes, and an index address -> nodes.
+
+    Applying a diff MAU costs O(addresses it names): the node's set and the index are changed in place (an
+    absolute MAU, a resync, costs the size of the node's set). The index holds a tuple of holders per
+    address (most addresses have one). Once :meth:`take_changed` was called, the addresses whose holders
+    changed are collected until the next call, so that the node's route table can follow in O(changed).
+    """
 
     def __init__(self) -> None:
         self._nodes: dict[str, _Remote] = {}
-        self._index: dict[str, set[str]] = {}
+        self._index: dict[str, tuple[str, ...]] = {}
         self._heard: set[str] = set()  # nodes heard at mobile_seq 0 (others have a _Remote)
-        self.epoch = 0  # bumped whenever the index changes
+        self._changed: set[str] | None = None  # None: nobody follows the changes (yet)
+        self.epoch = 0  # bumped whenever the index (or a hint) changes
 
     # -- views ---------------------------------------------------------------------------------------------
     def seq_of(self, node: str) -> int:
@@ -115,9 +122,26 @@ class RemoteAddresses:
         known = self._nodes.get(node)
         return {} if known is None else dict(known.addresses)
 
-    def index(self) -> dict[str, frozenset[str]]:
-        """Address -> ids of the nodes that have it."""
-        return {address: frozenset(nodes) for address, nodes in self._index.items()}
+    def count_of(self, node: str) -> int:
+        """How many addresses ``node`` has."""
+        known = self._nodes.get(node)
+        return 0 if known is None else len(known.addresses)
+
+    def index(self) -> Mapping[str, frozenset[str]]:
+        """Address -> ids of the nodes that have it (a read-only view, each value made on access)."""
+        return HoldersView(self._index)
+
+    def holders(self, address: str) -> tuple[str, ...]:
+        """Ids of the nodes that have ``address`` (empty if none)."""
+        return self._index.get(address, ())
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def take_changed(self) -> set[str] | None:
+        """Addresses whose holders changed since the last call; None on the first call (all of them)."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def hint(self, address: str) -> int | None:
         """The hint of ``address`` as given by the node with the lowest id having it."""
@@ -166,11 +190,7 @@ class RemoteAddresses:
                 return Applied.DUPLICATE
             if seq != state.seq + 1:
                 return Applied.GAP
-            changed = dict(state.addresses)
-            changed.update(mau.hinted())
-            for address in mau.delete or ():
-                changed.pop(address, None)
-            self._replace(mau.id, state, changed)
+            self._apply_diff(mau.id, state, mau.hinted(), mau.delete or ())
         state.seq = seq
         if state.seq >= state.advertised:
             state.mar_at = -math.inf
@@ -184,15 +204,73 @@ class RemoteAddresses:
             self._replace(node, state, {})
 
     # -- internals -----------------------------------------------------------------------------------------
+    def _apply_diff(self, node: str, state: _Remote, added: Mapping[str, int | None],
+                    deleted: Iterable[str]) -> None:
+        """A diff MAU, in place: O(addresses it names)."""
+        addresses, index, followed = state.addresses, self._index, self._changed
+        changed = False
+        for address, hint in added.items():
+            if address in addresses:
+                if addresses[address] != hint:
+                    addresses[address] = hint
+                    changed = True
+                continue
+            addresses[address] = hint
+            holders = index.get(address)       # _hold, inlined: a burst of new addresses runs this
+            index[address] = (node,) if holders is None else (*holders, node)
+            if followed is not None:
+                followed.add(address)
+            changed = True
+        for address in deleted:
+            if address in addresses:
+                del addresses[address]
+                self._release(address, node)
+                changed = True
+        if changed:
+            self.epoch += 1
+
     def _replace(self, node: str, state: _Remote, addresses: dict[str, int | None]) -> None:
         old = state.addresses
         if old != addresses:
             self.epoch += 1
         for address in old.keys() - addresses.keys():
-            holders = self._index[address]
-            holders.discard(node)
-            if not holders:
-                del self._index[address]
+            self._release(address, node)
         for address in addresses.keys() - old.keys():
-            self._index.setdefault(address, set()).add(node)
+            self._hold(address, node)
         state.addresses = addresses
+
+    def _hold(self, address: str, node: str) -> None:
+        holders = self._index.get(address)
+        self._index[address] = (node,) if holders is None else (*holders, node)
+        if self._changed is not None:
+            self._changed.add(address)
+
+    def _release(self, address: str, node: str) -> None:
+        holders = self._index[address]
+        if len(holders) == 1:
+            del self._index[address]
+        else:
+            self._index[address] = tuple(h for h in holders if h != node)
+        if self._changed is not None:
+            self._changed.add(address)
+
+
+class HoldersView(Mapping[str, frozenset[str]]):
+    """Read-only address -> frozenset of holders over the index of tuples (no copy of the table)."""
+
+    __slots__ = ("_index",)
+
+    def __init__(self, index: Mapping[str, tuple[str, ...]]) -> None:
+        self._index = index
+
+    def __getitem__(self, address: str) -> frozenset[str]:
+        return frozenset(self._index[address])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __contains__(self, address: object) -> bool:
+        return address in self._index

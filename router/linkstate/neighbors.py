@@ -1,7 +1,9 @@
 """The HELLO protocol: which nodes we hear, which of them hear us, and the link each neighbour is bound to.
 
 A node is a *neighbour* once a HELLO from it, received on link L, lists our id in ``seen`` (bidirectional).
-It stays one while such HELLOs keep arriving on some link within ``hello_max_age``, and is lost at once
+It stays one while such HELLOs, or any other input on a link it is confirmed on (:meth:`NeighborTable.heard`:
+a busy peer's HELLO may wait behind its other output), keep arriving within ``hello_max_age`` - unless its
+last HELLO on that link stopped listing us - and is lost at once
 when its last link goes down. Two links to the same peer (an old connection not yet closed) are tolerated:
 the neighbour stays bound to the first one and moves to the other when that one is lost.
 """
@@ -34,6 +36,7 @@ class HelloResult(NamedTuple):
 class _Neighbor:
     bound: LinkId
     confirmed: dict[LinkId, float] = field(default_factory=dict)  # link -> last confirming HELLO
+    denied: set[LinkId] = field(default_factory=set)  # links whose last HELLO did not list us
 
 
 class NeighborTable:
@@ -123,7 +126,11 @@ class NeighborTable:
         changes: list[NeighborChange] = []
         if previous is not None and previous != sender:
             changes += self._unconfirm(previous, link_id)  # another node now answers on this link
-        if self.node_id in hello.seen:
+        if self.node_id not in hello.seen:
+            n = self._neighbors.get(sender)
+            if n is not None:
+                n.denied.add(link_id)       # it does not hear us there: other input is no sign of life
+        else:
             n = self._neighbors.get(sender)
             if n is None:
                 self._bound = None
@@ -131,7 +138,19 @@ class NeighborTable:
                 changes.append(NeighborChange(sender, self._links[link_id], new=True))
             else:
                 n.confirmed[link_id] = now
+                n.denied.discard(link_id)
         return HelloResult(newly_heard, changes)
+
+    def heard(self, link_id: LinkId, now: float) -> None:
+        """Something (any frame) arrived on ``link_id``: the neighbour bound to it is alive, as if it had
+        sent a HELLO (a busy peer whose HELLO waits behind other output is not declared lost)."""
+        peer = self._heard_on.get(link_id)
+        if peer is None:
+            return
+        n = self._neighbors.get(peer)
+        if n is not None and link_id in n.confirmed and link_id not in n.denied:
+            n.confirmed[link_id] = now
+            self._heard[peer] = now
 
     def expire(self, now: float) -> list[NeighborChange]:
         """Drop ids not heard, and neighbour links not confirmed, within hello max age."""

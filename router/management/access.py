@@ -42,11 +42,18 @@ class EntityView:
         self.own = own if classify(own) == REPLY else None
 
     def rows(self, entity_type: str) -> list[dict[str, Any]]:
+        return self.page(entity_type, 0, None)
+
+    def page(self, entity_type: str, offset: int, count: int | None) -> list[dict[str, Any]]:
+        """Rows `offset` to `offset + count` (None: to the end) as this level sees them (below ``read``, the
+        address rows left out do not count: the whole table is redacted, then cut)."""
+        page = getattr(self.entities, "page", None)
+        if self.level >= READ and page is not None:
+            return page(entity_type, offset, count)
         rows = self.entities.rows(entity_type)
-        if self.level >= READ:
-            return rows
         redact = getattr(self, "_" + entity_type.replace("-", "_"), None)
-        return rows if redact is None else redact(rows)
+        rows = rows if redact is None or self.level >= READ else redact(rows)
+        return rows[offset:None if count is None else offset + count]
 
     def _others_reply(self, address: object) -> bool:
         return isinstance(address, str) and classify(address) == REPLY and address != self.own

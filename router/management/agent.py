@@ -30,7 +30,7 @@ from router.amqp.codec import MalformedError
 from router.amqp.message import decode_message, encode_message
 from router.management.access import EntityView
 from router.management.entities import NodeEntities
-from router.management.requests import INTERNAL, answer
+from router.management.requests import INTERNAL, TOO_LARGE, answer
 from router.management.writes import WRITE_OPERATIONS, ConfigWriter
 from router.policy.levels import READ, REDACTED, WRITE
 from router.policy.reserved import agent_addresses
@@ -41,6 +41,7 @@ ADDRESS = "$management"
 SAMPLE_INTERVAL = 1.0      # seconds between zero-credit samples of every link
 CREDIT = 64                # requests the agent takes at a time
 MAX_QUEUED_REPLIES = 1024  # answers waiting for credit beyond this are dropped (logged)
+MAX_REPLY_BYTES = 16 * 1024 * 1024   # a bigger encoded answer is replaced by a 413 (ask for pages)
 
 
 class ManagementAgent:
@@ -110,6 +111,11 @@ class ManagementAgent:
             log.exception("management: internal error encoding the answer to %s", reply_to)
             reply = _reply(reply_to, correlation_id, INTERNAL,
                            "internal error encoding the answer (logged on the node)", None)
+        if len(reply) > MAX_REPLY_BYTES:
+            log.info("management: answer to %s of %d bytes replaced by a 413", reply_to, len(reply))
+            reply = _reply(reply_to, correlation_id, TOO_LARGE,
+                           f"the answer would be {len(reply)} bytes, more than {MAX_REPLY_BYTES}: ask for "
+                           f"pages with the 'offset' and 'count' application properties", None)
         self.answered += 1
         self._send((reply_to, reply))
 
@@ -150,9 +156,13 @@ class ManagementAgent:
 
 
 def _reply(reply_to: str, correlation_id: Any, status: int, description: str, body: Any) -> bytes:
-    """An encoded answer: the status as application properties, ``body`` as its amqp-value."""
+    """An encoded answer: the status as application properties (and a QUERY's `count` of rows, as the AMQP
+    management draft has it), ``body`` as its amqp-value."""
+    properties: dict[str, Any] = {"statusCode": status, "statusDescription": description}
+    if isinstance(body, dict) and isinstance(body.get("results"), list):
+        properties["count"] = len(body["results"])
     return encode_message(to=reply_to, correlation_id=correlation_id, body=body,
-                          application_properties={"statusCode": status, "statusDescription": description})
+                          application_properties=properties)
 
 
 class _Requests:

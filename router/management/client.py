@@ -5,6 +5,10 @@ node's anonymous relay routes them by ``to``), responses come back on one dynami
 matched to their request by ``correlation_id``. ``node=None`` reads the node the client is connected
 to; ``node="B"`` reads node B through the mesh (``_topo/0/B/$management``).
 
+``query`` reads a table in pages (the QUERY application properties ``offset`` and ``count``, PAGE_ROWS
+rows a request, fewer when the agent answers 413 because a page would not fit in a message), so a table
+of any size comes back whole; ``query_page`` asks for one page.
+
 Errors: a response other than 200 raises :class:`ManagementError`; no response in time raises
 :class:`ManagementTimeout`; a refused or lost connection, or a request the mesh could not route,
 raises :class:`ManagementUnavailable`. All three are :class:`ManagementClientError`.
@@ -25,6 +29,8 @@ from router.management.security import ClientSecurity
 LOCAL_AGENT = "$management"
 DEFAULT_TIMEOUT = 10.0
 STATUS_OK = 200
+STATUS_TOO_LARGE = 413
+PAGE_ROWS = 2000           # rows asked for per QUERY request (halved while the agent answers 413)
 _OUTCOMES = {Delivery.REJECTED: "rejected", Delivery.RELEASED: "released", Delivery.MODIFIED: "modified"}
 
 
@@ -95,9 +101,37 @@ class ManagementClient:
 
     def query(self, entity_type: str, attributes: Sequence[str] | None = None,
               node: str | None = None) -> tuple[list[str], list[list[Any]]]:
-        """Every entity of ``entity_type``: (attribute names, one row of values per entity)."""
+        """Every entity of ``entity_type``: (attribute names, one row of values per entity), read in pages.
+
+        Pages follow the agent's table order; rows added or removed while paging may be missed or
+        repeated (as with qdrouterd)."""
+        page = PAGE_ROWS
+        offset = 0
+        names: list[str] = []
+        rows: list[list[Any]] = []
+        while True:
+            try:
+                names, batch = self.query_page(entity_type, attributes, node, offset, page)
+            except ManagementError as exc:
+                if exc.status_code != STATUS_TOO_LARGE or page == 1:
+                    raise
+                page = max(1, page // 2)
+                continue
+            rows.extend(batch)
+            if len(batch) < page:
+                return names, rows
+            offset += len(batch)
+
+    def query_page(self, entity_type: str, attributes: Sequence[str] | None = None, node: str | None = None,
+                   offset: int | None = None, count: int | None = None) -> tuple[list[str], list[list[Any]]]:
+        """One QUERY request: rows ``offset`` to ``offset + count`` (None: from the first / to the last)."""
         body = {"attributeNames": list(attributes or [])}
-        reply = self.request("QUERY", entity_type, body=body, node=node)
+        props: dict[str, Any] = {}
+        if offset is not None:
+            props["offset"] = offset
+        if count is not None:
+            props["count"] = count
+        reply = self.request("QUERY", entity_type, body=body, node=node, properties=props)
         if not isinstance(reply, dict) or not isinstance(reply.get("attributeNames"), list) \
                 or not isinstance(reply.get("results"), list):
             raise ManagementClientError(f"malformed QUERY response for {entity_type!r}: {reply!r}")
@@ -128,9 +162,10 @@ class ManagementClient:
         return {str(k): [str(a) for a in v] for k, v in reply.items()}
 
     def request(self, operation: str, entity_type: str | None, *, identity: str | None = None,
-                body: Any = None, node: str | None = None) -> Any:
-        """Send one request and return the body of its 200 response (raise otherwise)."""
-        props: dict[str, Any] = {"operation": operation}
+                body: Any = None, node: str | None = None, properties: dict[str, Any] | None = None) -> Any:
+        """Send one request and return the body of its 200 response (raise otherwise); ``properties``:
+        more application properties (a QUERY's ``offset`` and ``count``)."""
+        props: dict[str, Any] = {**(properties or {}), "operation": operation}
         if entity_type is not None:
             props["type"] = entity_type
         if identity is not None:

@@ -9,7 +9,8 @@ every attribute.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from router import __version__
@@ -82,10 +83,28 @@ class NodeEntities:
             "policy-group": self.policy_groups,
             "policy": self.policy,
         }
+        # the big tables: (what to iterate, how one item becomes a row), so that a page builds its rows only
+        self._lazy: dict[str, tuple[Callable[[], Iterable[Any]], Callable[[Any], dict[str, Any]]]] = {
+            "connection": (self._alive_connections, self._connection),
+            "link": (lambda: self.server.engine.links.items(), lambda item: self._link(*item)),
+            "address": (lambda: self.server.core.addresses.values(), self.address_row),
+        }
 
     def rows(self, entity_type: str) -> list[dict[str, Any]]:
         """Every entity of `entity_type` (a canonical type name) as a dict of all its attributes."""
-        return self._rows[entity_type]()
+        return self.page(entity_type, 0, None)
+
+    def page(self, entity_type: str, offset: int, count: int | None) -> list[dict[str, Any]]:
+        """The entities `offset` to `offset + count` (None: to the end) of `entity_type`, in table order.
+
+        For the types that grow with traffic (connections, links, addresses) only the rows of the page are
+        built: a page costs its size plus a skip over the table, not a row per entity."""
+        stop = None if count is None else offset + count
+        lazy = self._lazy.get(entity_type)
+        if lazy is None:
+            return self._rows[entity_type]()[offset:stop]
+        items, build = lazy
+        return [build(item) for item in itertools.islice(items(), offset, stop)]
 
     @property
     def _now(self) -> float:
@@ -130,30 +149,61 @@ class NodeEntities:
 
     # ---- connections -------------------------------------------------------------------------------------
     def connections(self) -> list[dict[str, Any]]:
-        now = self._now
-        rows = []
-        for conn in self.server.engine.conns.values():
-            if not conn.alive:
-                continue
-            router = conn.router
-            rows.append({
-                "identity": str(conn.ident),
-                "host": conn.peer,
-                "container": conn.remote_container,
-                "role": "internal" if conn.internal else conn.role,
-                "dir": "out" if conn.client else "in",
-                "security": getattr(conn, "security", None) or "no-security",
-                "authenticated": bool(getattr(conn, "authenticated", False)),
-                "user": getattr(conn, "user", None),
-                "saslMechanism": getattr(conn, "sasl_mechanism", None),
-                "uptimeSeconds": int(now - conn.opened),
-                "linkCount": len(conn.links),
-                "peerNode": router.node_id if router is not None else None,
-                "listener": getattr(conn, "listener", None),
-            })
-        return rows
+        return [self._connection(conn) for conn in self._alive_connections()]
+
+    def _alive_connections(self) -> Iterator[Any]:
+        return (conn for conn in self.server.engine.conns.values() if conn.alive)
+
+    def _connection(self, conn: Any) -> dict[str, Any]:
+        router = conn.router
+        return {
+            "identity": str(conn.ident),
+            "host": conn.peer,
+            "container": conn.remote_container,
+            "role": "internal" if conn.internal else conn.role,
+            "dir": "out" if conn.client else "in",
+            "security": getattr(conn, "security", None) or "no-security",
+            "authenticated": bool(getattr(conn, "authenticated", False)),
+            "user": getattr(conn, "user", None),
+            "saslMechanism": getattr(conn, "sasl_mechanism", None),
+            "uptimeSeconds": int(self._now - conn.opened),
+            "linkCount": len(conn.links),
+            "peerNode": router.node_id if router is not None else None,
+            "listener": getattr(conn, "listener", None),
+        }
+
+    def connection_roles(self) -> dict[str, int]:
+        """Open connections by `role` (as the rows have it), without building the rows."""
+        roles: dict[str, int] = {}
+        for conn in self._alive_connections():
+            role = "internal" if conn.internal else conn.role
+            roles[role] = roles.get(role, 0) + 1
+        return roles
 
     # ---- links -------------------------------------------------------------------------------------------
+    def link_totals(self) -> LinkTotals:
+        """Links summed by (linkType, linkDir), without building a row per link (for /metrics)."""
+        totals = LinkTotals()
+        count, unsettled, peers = totals.count, totals.unsettled, totals.peer_deliveries
+        for rec in self.server.engine.links.values():
+            if rec.__class__ is RouterLink:
+                key = ("router-control", "out" if rec.outgoing else "in")
+                count[key] = count.get(key, 0) + 1
+                continue
+            if rec.__class__ is Consumer:
+                key = ("inter-router" if rec.peer is not None else "endpoint", "out")
+                held = rec.unsettled
+            else:
+                key = ("inter-router" if rec.router else "endpoint", "in")
+                held = rec.in_flight
+            count[key] = count.get(key, 0) + 1
+            unsettled[key] = unsettled.get(key, 0) + held
+            if key[0] == "inter-router":
+                router = rec.conn.router
+                peer = (router.node_id if router is not None else "", key[1])
+                peers[peer] = peers.get(peer, 0) + rec.delivered
+        return totals
+
     def links(self) -> list[dict[str, Any]]:
         return [self._link(handle, rec) for handle, rec in self.server.engine.links.items()]
 
@@ -182,22 +232,24 @@ class NodeEntities:
 
     # ---- addresses -------------------------------------------------------------------------------------
     def addresses(self) -> list[dict[str, Any]]:
-        rows = []
-        for a in self.server.core.addresses.values():
-            remote = [d.node for d in a.remote]
-            rows.append({
-                "identity": a.key,
-                "distribution": a.distribution,
-                "subscriberCount": len(a.consumers),
-                "remoteCount": len(remote),
-                "remoteHostRouters": remote,
-                "producerCount": len(a.producers),
-                "deliveriesIngress": a.ingress,
-                "deliveriesEgress": a.egress,
-                "deliveriesTransit": a.transit,
-                "ready": a.ready,
-            })
-        return rows
+        return [self.address_row(a) for a in self.server.core.addresses.values()]
+
+    @staticmethod
+    def address_row(a: Any) -> dict[str, Any]:
+        """The row of one address record (router.forwarding.records.Address)."""
+        remote = [d.node for d in a.remote]
+        return {
+            "identity": a.key,
+            "distribution": a.distribution,
+            "subscriberCount": len(a.consumers),
+            "remoteCount": len(remote),
+            "remoteHostRouters": remote,
+            "producerCount": len(a.producers),
+            "deliveriesIngress": a.ingress,
+            "deliveriesEgress": a.egress,
+            "deliveriesTransit": a.transit,
+            "ready": a.ready,
+        }
 
     # ---- the mesh ---------------------------------------------------------------------------------------
     def router_nodes(self) -> list[dict[str, Any]]:
@@ -301,6 +353,15 @@ class NodeEntities:
                          "connectionsDenied": s.denied_connections, "sessionsDenied": s.denied_sessions,
                          "linksDenied": s.denied_links, "messagesDenied": s.denied_messages})
         return rows
+
+
+@dataclasses.dataclass
+class LinkTotals:
+    """Links summed for /metrics: count and unsettled deliveries by (type, dir), deliveries by (peer, dir)."""
+
+    count: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    unsettled: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    peer_deliveries: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
 
 def _fields(obj: object) -> Iterator[tuple[str, Any]]:

@@ -6,14 +6,17 @@ consistent reading of the entities (the loop owns every table, so nothing is rea
 and turns it into metric families. The forwarding path pays nothing for metrics beyond the counters
 management keeps anyway.
 
-Per-address series leave out node-scoped addresses (`_topo/…`: dynamic reply addresses and the node's
-own services), whose number grows with every RPC client.
+A scrape's size and cost do not grow with the tables: per-address series exist only for the addresses
+named in `metrics.addresses` and the `metrics.top_addresses` addresses with the most deliveries (never
+node-scoped ones, `_topo/…`: dynamic reply addresses and the node's own services); links and
+connections are summed by kind on the loop, not turned into rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
 import logging
 import socket
 import threading
@@ -39,22 +42,36 @@ OUTCOMES = ("accepted", "rejected", "released", "modified")
 class NodeCollector:
     """A prometheus-client collector reading one node's state on the node's event loop."""
 
-    def __init__(self, server: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, server: Any, loop: asyncio.AbstractEventLoop, named: tuple[str, ...] = (),
+                 top: int = 0) -> None:
         self.server = server
         self.loop = loop
         self.entities = NodeEntities(server)
+        self.named = {a.removeprefix("amqp:").lstrip("/") for a in named}
+        self.top = top
 
     def _reading(self) -> dict[str, Any]:
         """Everything a scrape reports (runs on the node's loop)."""
         return {
             "node": self.entities.node(),
-            "connections": self.entities.connections(),
-            "links": self.entities.links(),
-            "addresses": [a for a in self.entities.addresses() if not a["identity"].startswith("_topo/")],
+            "roles": self.entities.connection_roles(),
+            "links": self.entities.link_totals(),
+            "addresses": [self.entities.address_row(a) for a in self._exported()],
             "brokers": self.entities.brokers(),
             "forwarding": _copy(self.server.pump_latency),
             "policy": self.entities.policy(),
         }
+
+    def _exported(self) -> list[Any]:
+        """The addresses with per-address series: the named ones, then the busiest others (by deliveries)."""
+        table = self.server.core.addresses
+        chosen = [table[key] for key in sorted(self.named) if key in table]
+        if self.top:
+            busiest = heapq.nlargest(self.top + len(chosen),
+                                     (a for a in table.values() if not a.key.startswith("_topo/")),
+                                     key=lambda a: a.ingress + a.egress + a.transit)
+            chosen += [a for a in busiest if a.key not in self.named][:self.top]
+        return chosen
 
     def collect(self) -> Iterator[Metric]:
         future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
@@ -120,9 +137,7 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
         yield m
 
     m = gauge("meshrouter_connections", "Open connections by role", ("role",))
-    roles: dict[str, int] = {}
-    for c in r["connections"]:
-        roles[c["role"]] = roles.get(c["role"], 0) + 1
+    roles = dict(r["roles"])
     for role in ("normal", "inter-router", "internal"):
         m.add_metric([nid, role], roles.pop(role, 0))
     for role, n in sorted(roles.items()):
@@ -131,28 +146,18 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
 
     links = r["links"]
     m = gauge("meshrouter_links", "Attached links by type and direction", ("type", "dir"))
-    kinds: dict[tuple[str, str], int] = {}
-    for link in links:
-        k = (link["linkType"], link["linkDir"])
-        kinds[k] = kinds.get(k, 0) + 1
-    for (kind, d), n in sorted(kinds.items()):
+    for (kind, d), n in sorted(links.count.items()):
         m.add_metric([nid, kind, d], n)
     yield m
     m = gauge("meshrouter_link_unsettled", "Unsettled deliveries on links, by type and direction",
               ("type", "dir"))
-    unsettled: dict[tuple[str, str], int] = {}
-    for link in links:
-        if link["unsettledCount"] is not None:
-            k = (link["linkType"], link["linkDir"])
-            unsettled[k] = unsettled.get(k, 0) + link["unsettledCount"]
-    for (kind, d), n in sorted(unsettled.items()):
+    for (kind, d), n in sorted(links.unsettled.items()):
         m.add_metric([nid, kind, d], n)
     yield m
     m = counter("meshrouter_peer_deliveries", "Deliveries on the data links to and from each peer node",
                 ("peer", "dir"))
-    for link in links:
-        if link["linkType"] == "inter-router":
-            m.add_metric([nid, link["peerNode"] or "", link["linkDir"]], link["deliveryCount"])
+    for (peer, d), n in sorted(links.peer_deliveries.items()):
+        m.add_metric([nid, peer, d], n)
     yield m
 
     addresses = r["addresses"]
@@ -208,7 +213,7 @@ class MetricsListener:
 
     def __init__(self, config: MetricsConfig, server: Any, loop: asyncio.AbstractEventLoop) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(NodeCollector(server, loop))
+        self.registry.register(NodeCollector(server, loop, tuple(config.addresses), config.top_addresses))
         # raises OSError when the port is taken, like the AMQP listeners
         server_class = _IPv6Server if ":" in config.host else ThreadingWSGIServer
         try:

@@ -204,11 +204,16 @@ def status_data(ctx: Context) -> dict[str, Any]:
             "url": topology.client_url(node_id),
             "neighbors": list(mesh.get("neighbors") or []) if mesh is not None else None,
             "reachable": list(mesh.get("reachable") or []) if mesh is not None else None,
-            "addresses": len(mesh.get("addresses") or {}) if mesh is not None else None,
+            "addresses": _count(mesh.get("addresses")) if mesh is not None else None,
             "sees_all": reader is not None and _sees_all(topology, node_id, reader),
         }
     return {"mesh": topology.name, "dir": str(run_dir.path), "running": sum(alive.values()),
             "converged": all(v["sees_all"] for v in nodes.values()), "nodes": nodes}
+
+
+def _count(value: Any) -> int:
+    """The state line's address count (older nodes logged the table itself)."""
+    return value if isinstance(value, int) else len(value or ())
 
 
 def _cell(value: Any) -> str:

@@ -84,6 +84,10 @@ class MeshControl:
             return
         self._send(out)
 
+    def heard(self, conn: object) -> None:
+        """The inter-router connection `conn` delivered input: its peer is alive."""
+        self.ls.heard(conn, self._clock())
+
     def tick(self) -> None:
         self.pending = False
         self._send(self.ls.tick(self._clock()))
@@ -104,12 +108,13 @@ class MeshControl:
                 self._send_bytes(link, data)
 
     def snapshot(self) -> dict[str, Any]:
-        """What the control plane knows, for the state dump."""
+        """What the control plane knows, for the state line: per-node views (as many entries as nodes in the
+        mesh) and the number of mobile addresses known, not the address table."""
         ls = self.ls
         return {
             "neighbors": sorted(ls.neighbors),
             "reachable": sorted(ls.reachable),
             "next_hops": dict(sorted(ls.next_hops.items())),
             "costs": dict(sorted(ls.costs.items())),
-            "addresses": {a: sorted(nodes) for a, nodes in sorted(ls.known_addresses.items())},
+            "addresses": len(ls.known_addresses),
         }

@@ -313,6 +313,8 @@ class NodeServer:
         if not conn.alive:
             return
         echo = conn.read()
+        if conn.router is not None:         # a peer node sending anything is alive (HELLO or not)
+            self.mesh.heard(conn)
         if echo:
             self.engine.answer_echo(conn)
         if conn.input_closed:

@@ -1,13 +1,15 @@
 """White-box: after links and connections go away, the node's internal tables hold nothing for them.
 
-The tables are read through management (tests/support/state.py); one test checks that SIGUSR1 still
-logs them as one JSON line (`state {...}`), as operators use it.
+The tables are read through management (tests/support/state.py); two tests check that SIGUSR1 logs
+the node's table sizes and counters as one JSON line (`state {...}`), as operators use it, and that the
+line carries counts, not tables: it stays small with thousands of addresses.
 """
 
 import json
 import os
 import signal
 
+from tests.support.bulk import attach_receivers
 from tests.support.clients import Client, make_message
 from tests.support.resources import rss_bytes
 from tests.support.state import node_state
@@ -38,21 +40,34 @@ def test_sigusr1_logs_the_state_line(node):
     s.wait_credit()
     s.send(make_message("held"))
     r.wait_messages(1)
-    os.kill(node.pid, signal.SIGUSR1)
+    line = _state_line(node)
+    st = json.loads(line.split(" state ", 1)[1])
+    assert (st["node"], st["in_flight"], st["links"], st["connections"], st["streams"]) == ("A", 1, 2, 2, 0)
+    assert (st["addresses"], st["consumers"], st["producers"], st["remote_addresses"]) == (1, 1, 1, 0)
+    assert st["mesh"] == {"neighbors": [], "reachable": [], "next_hops": {}, "costs": {}, "addresses": 0}
+    assert {"internal_connections", "counters"} <= set(st)
 
-    def state_line() -> dict | None:
-        lines = [ln for ln in node.stderr_tail(4000).splitlines() if " state {" in ln]
-        try:                    # a long line may be read while the node is still writing it
-            return json.loads(lines[-1].split(" state ", 1)[1]) if lines else None
+
+def test_state_line_carries_counts_not_tables(node):
+    """With 5,000 addresses the state line is still a few hundred bytes: counts, not the address table."""
+    attach_receivers(node.url, [f"balanced/size/{i}" for i in range(5000)])
+    line = _state_line(node, lambda st: st["addresses"] == 5000)
+    st = json.loads(line.split(" state ", 1)[1])
+    assert (st["links"], st["consumers"], st["connections"]) == (5000, 5000, 1)
+    assert len(line) < 2000, f"state line of {len(line)} bytes"
+
+
+def _state_line(node, ready=lambda st: True) -> str:
+    """Send SIGUSR1 until the newest `state` line in the node's log satisfies `ready`; return that line."""
+    def state_line() -> str | None:
+        os.kill(node.pid, signal.SIGUSR1)
+        lines = [ln for ln in node.stderr_tail(50).splitlines() if " state {" in ln]
+        try:                    # a line may be read while the node is still writing it
+            return lines[-1] if lines and ready(json.loads(lines[-1].split(" state ", 1)[1])) else None
         except json.JSONDecodeError:
             return None
 
-    st = wait_for(state_line, what=f"a complete state line in the log of node {node.node_id}")
-    assert (st["node"], st["in_flight"], st["links"], st["connections"], st["streams"]) == ("A", 1, 2, 2, 0)
-    assert st["addresses"]["balanced/sigusr1"] == {"distribution": "balanced", "consumers": 1, "producers": 1,
-                                                   "ready": True, "remote": []}
-    assert st["mesh"] == {"neighbors": [], "reachable": [], "next_hops": {}, "costs": {}, "addresses": {}}
-    assert {"internal_connections", "counters"} <= set(st)
+    return wait_for(state_line, what=f"a complete state line in the log of node {node.node_id}")
 
 
 def test_consumer_loss_leaves_no_entry_behind(node):

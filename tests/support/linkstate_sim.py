@@ -2,7 +2,8 @@
 
 Each connection is a pair of link ids, one per end. Messages an engine returns are queued in FIFO order
 and delivered within the same step until the network is quiet (link latency << step), so a step is:
-advance the clock, tick every engine, deliver. Hooks can drop or duplicate messages on their way.
+advance the clock, tick every engine, deliver. Hooks can drop, duplicate or delay messages on their way
+(a delayed message arrives one step late, after messages sent after it: reordering).
 
 ``transit`` says who forwards a control message addressed to another node at a transit node:
 ``"engine"`` hands it to ``engine.handle`` (which forwards it); ``"adapter"`` does what a Proton adapter
@@ -55,6 +56,8 @@ class SimNetwork:
         self._ids = itertools.count(1)
         self.drop: Hook | None = None
         self.duplicate: Hook | None = None
+        self.delay: Hook | None = None
+        self._delayed: list[tuple[_End, dict[str, Any]]] = []   # held until the next step
         self.delivered: Counter[str] = Counter()  # opcode -> deliveries
         self.dropped: Counter[str] = Counter()  # opcode -> dropped by the hook
         self.observers: list[Callable[[str, str, dict[str, Any]], None]] = []  # (from, to, message)
@@ -114,7 +117,7 @@ class SimNetwork:
     def emit(self, src: str, outs: Iterable[Outgoing]) -> None:
         """Queue what ``src`` wants sent (hooks may drop or duplicate each copy)."""
         far_ends = self._out[src]
-        if self.drop is None and self.duplicate is None:
+        if self.drop is None and self.duplicate is None and self.delay is None:
             append = self._queue.append
             for message, links in outs:
                 for link in links:
@@ -128,6 +131,9 @@ class SimNetwork:
         if self.drop is not None and self.drop(src, end.node, message):
             self.dropped[message["opcode"]] += 1
             return
+        if self.delay is not None and self.delay(src, end.node, message):
+            self._delayed.append((end, message))
+            return
         self._queue.append((end, message))
         if self.duplicate is not None and self.duplicate(src, end.node, message):
             self._queue.append((end, message))
@@ -136,7 +142,7 @@ class SimNetwork:
         """Deliver until no message is in flight."""
         queue, now, delivered, observers = self._queue, self.now, self.delivered, self.observers
         targets = self._targets if self.transit == "adapter" else None
-        hooked = self.drop is not None or self.duplicate is not None
+        hooked = self.drop is not None or self.duplicate is not None or self.delay is not None
         while queue:
             end, message = queue.popleft()
             if not end.open:
@@ -171,6 +177,8 @@ class SimNetwork:
         self.now = round(self.now + self.step_size, 9)
         for node_id, engine in self.engines.items():
             self.emit(node_id, engine.tick(self.now))
+        self._queue.extend(self._delayed)      # after what this step's ticks sent
+        self._delayed = []
         self.deliver()
 
     def run(self, seconds: float) -> None:

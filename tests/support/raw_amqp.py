@@ -125,9 +125,9 @@ class RawConn:
         return self.expect(OPEN)
 
     def begin(self, channel: int = 0, incoming_window: int = 65535, outgoing_window: int = 65535,
-              next_outgoing_id: int = 0) -> Frame:
+              next_outgoing_id: int = 0, handle_max: int = 1023) -> Frame:
         self.send_frame(BEGIN, [None, uint(next_outgoing_id), uint(incoming_window),
-                                uint(outgoing_window), uint(1023)], channel)
+                                uint(outgoing_window), uint(handle_max)], channel)
         return self.expect(BEGIN)
 
     def attach(self, name: str, handle: int, role_receiver: bool, *, source: str | None = None,

@@ -59,7 +59,7 @@ UNKNOWN = [
     (config(brokers=[bogus(BROKER)]), "brokers[0].bogus", "name, url, heartbeat, confirm_window, addresses"),
     (config(brokers=[{**BROKER, "addresses": [bogus(BRIDGE)]}]), "brokers[0].addresses[0].bogus",
      "address, semantics, direction, durable, dead_letter_exchange, ttl, declare"),
-    (config(metrics={"bogus": 1}), "metrics.bogus", "host, port"),
+    (config(metrics={"bogus": 1}), "metrics.bogus", "host, port, addresses, top_addresses"),
     (config(policy={"bogus": 1}), "policy.bogus", "groups, default_group, vhosts"),
     (config(policy={"groups": {"g": {"bogus": 1}}}), "policy.groups.g.bogus",
      "users, remote_hosts, sources, targets, allow_dynamic_source, allow_anonymous_sender, "

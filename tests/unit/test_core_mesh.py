@@ -196,3 +196,30 @@ def test_hop_limit():
     assert core.route_mesh(p, a, False, "C", RouterAnnotations(trace=["0/C", "0/D", "0/E", "0/F"])) == (
         UNROUTABLE, None, None)                       # radius 2: at most 3 nodes in the trace
     assert core.counters["hop_limit"] == 1
+
+
+def _view(core):
+    """The core's remote view: address -> (remote nodes, ready)."""
+    return {k: ([d.node for d in a.remote], a.ready) for k, a in core.addresses.items()}
+
+
+def test_incremental_address_updates_match_a_full_rescan():
+    """`update_remote_addresses` (O(changed)) leaves the table as `set_routes` with the new holders would,
+    credit and drains included."""
+    steps = [
+        {"svc/1": ["B"], "svc/2": ["D"], "near/x": ["B", "D"], "mc/y": ["B", "C"]},
+        {"svc/1": ["B", "C"], "near/x": ["D"], "mc/y": ["C"], "svc/3": ["Z"]},     # svc/2 gone, Z unreachable
+        {"svc/3": ["C"], "mc/y": []},
+    ]
+    full, incremental = make_core(), make_core()
+    for core in (full, incremental):
+        core.add_producer("p2", "conn", "svc/2")
+        mesh(core, {})
+    previous: dict = {}
+    for holders in steps:
+        mesh(full, holders)
+        changed = set(holders) | set(previous)
+        incremental.update_remote_addresses(changed, lambda k, h=holders: h.get(k, ()))
+        assert _view(incremental) == _view(full)
+        assert grants(incremental) == grants(full)
+        previous = holders

@@ -196,3 +196,19 @@ def test_requests_to_a_node_without_a_path_follow_the_reverse_path_of_its_flood(
     assert a.route_control("F", ["C"]) is None  # never back toward a node in the trace
     a.link_down("L2", 1.5)
     assert a.route_control("F", ["B"]) is None  # that reverse path is gone with its link
+
+
+def test_local_address_changes_are_coalesced_per_mobile_interval():
+    """A burst of local address changes goes out as one diff MAU per `mobile_interval`, not one per tick."""
+    engine = LinkStateEngine("A", 1, LinkStateConfig(mobile_interval=0.1))
+    engine.add_local_address("svc/a")
+    engine.tick(10.0)
+    assert engine.mobile_seq == 1
+    for i, now in enumerate((10.02, 10.05, 10.08)):
+        engine.add_local_address(f"svc/b{i}")
+        engine.tick(now)
+    assert engine.mobile_seq == 1                # held: the interval has not passed
+    engine.tick(10.1)
+    assert engine.mobile_seq == 2                # the three changes in one diff
+    engine.tick(10.5)
+    assert engine.mobile_seq == 2                # nothing more to say

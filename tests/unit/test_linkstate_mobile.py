@@ -95,3 +95,21 @@ def test_hint_names():
     assert distribution_for(hint_for("closest")) == "closest"
     assert distribution_for(hint_for("multicast")) == "multicast"
     assert distribution_for(99) is None
+
+
+def test_changed_addresses_are_collected_once_followed():
+    """A diff changes the node's set and the index in place; the addresses whose holders changed are
+    collected between two `take_changed` calls (the first call: None, meaning all of them)."""
+    remote = RemoteAddresses()
+    remote.apply(diff(1, ["M0a", "M0b"], node="B"))
+    assert remote.take_changed() is None
+    remote.apply(diff(2, ["M0c"], ["M0a"], node="B"))
+    remote.apply(diff(1, ["M0b"], node="C"))
+    remote.apply(diff(3, [], ["M0zz"], node="B"))            # deleting what it never had: nothing
+    assert remote.take_changed() == {"M0a", "M0b", "M0c"}
+    assert remote.take_changed() == set()
+    assert remote.holders("M0b") == ("B", "C") and remote.holders("M0a") == ()
+    assert len(remote) == 2 and remote.count_of("B") == 2
+    remote.apply(absolute(5, ["M0c", "M0d"], node="B"))     # a resync: the difference only
+    assert remote.take_changed() == {"M0b", "M0d"}
+    assert remote.index() == {"M0b": frozenset({"C"}), "M0c": frozenset({"B"}), "M0d": frozenset({"B"})}

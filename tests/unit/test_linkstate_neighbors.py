@@ -67,3 +67,20 @@ def test_hello_timing_and_cost_validation(table):
     assert not table.hello_due(0.99) and table.hello_due(1.0)
     with pytest.raises(ValueError):
         table.link_up("L9", 0)
+
+
+def test_any_input_from_a_neighbour_keeps_it_alive(table):
+    """A neighbour whose HELLOs are late (busy) but whose link carries other frames is not lost."""
+    table.receive(Hello("B", 1, ("A",)), 0.0, "L1")
+    for now in (1.0, 2.0, 3.0, 4.0, 5.0):
+        table.heard("L1", now)
+    assert table.expire(5.5) == [] and table.is_neighbor("B")
+    assert table.expire(8.01) == [NeighborChange("B", None)]     # then silence: lost after max age
+
+
+def test_input_does_not_keep_a_neighbour_that_stopped_listing_us(table):
+    table.receive(Hello("B", 1, ("A",)), 0.0, "L1")
+    table.receive(Hello("B", 1, ()), 1.0, "L1")                   # B no longer hears us
+    table.heard("L1", 2.0)
+    assert table.expire(3.01) == [NeighborChange("B", None)]
+    table.heard("L2", 4.0)                                         # an unknown link: nothing

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from router.management.entities import ATTRIBUTES, canonical_type
-from router.management.requests import answer
+from router.management.requests import MAX_VALUES, answer, count_values
 
 
 class Rows:
@@ -85,3 +85,53 @@ def test_a_failure_reading_the_node_is_a_500_not_an_exception(caplog):
     status, desc, body = answer({"operation": "QUERY", "type": "link"}, None, Rows(fail=True))
     assert status == 500 and body is None and "internal error" in desc
     assert "boom" in caplog.text
+
+
+class Many:
+    """A table of `n` link rows (the request layer pages it through `page` when a source has one)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.built = 0
+
+    def rows(self, entity_type: str) -> list[dict]:
+        return self.page(entity_type, 0, None)
+
+    def page(self, entity_type: str, offset: int, count: int | None) -> list[dict]:
+        stop = self.n if count is None else min(self.n, offset + count)
+        self.built += max(0, stop - offset)
+        return [dict.fromkeys(ATTRIBUTES["link"], i) | {"identity": f"x{i}"} for i in range(offset, stop)]
+
+
+def test_query_offset_and_count_select_a_page():
+    source = Many(10)
+    status, _, body = answer({"operation": "QUERY", "type": "link", "offset": 4, "count": 3},
+                             {"attributeNames": ["identity"]}, source)
+    assert status == 200 and body["results"] == [["x4"], ["x5"], ["x6"]]
+    assert source.built == 3
+    status, _, body = answer({"operation": "QUERY", "type": "link", "offset": 8, "count": 5}, None, source)
+    assert status == 200 and [r[0] for r in body["results"]] == ["x8", "x9"]
+    status, _, body = answer({"operation": "QUERY", "type": "link", "offset": 20}, None, source)
+    assert status == 200 and body["results"] == []
+
+
+def test_paging_of_a_source_without_pages():
+    status, _, body = answer({"operation": "QUERY", "type": "link", "offset": 1, "count": 1},
+                             {"attributeNames": ["identity"]}, Rows())
+    assert status == 200 and body["results"] == [["x1"]]
+
+
+def test_an_answer_too_big_for_a_message_is_413_not_a_truncated_table():
+    status, desc, body = answer({"operation": "QUERY", "type": "link"}, None, Many(5000))
+    assert status == 413 and body is None
+    assert "'offset' and 'count'" in desc and "5000 link rows" in desc
+    fit = int(desc.rsplit("about ", 1)[1].split()[0])
+    status, _, body = answer({"operation": "QUERY", "type": "link", "count": fit}, None, Many(5000))
+    assert status == 200 and len(body["results"]) == fit
+    assert count_values(body) <= MAX_VALUES
+
+
+def test_count_values_counts_every_node():
+    assert count_values(None) == 1
+    assert count_values([1, 2, [3, 4]]) == 1 + 2 + 3
+    assert count_values({"a": [1], "b": 2}) == 1 + (1 + 2) + (1 + 1)
