@@ -23,7 +23,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "acceptedDeliveries",
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
-        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress"),
+        "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
+        "handshakeTimeouts"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -41,7 +42,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "identity", "url", "state", "addresses", "published", "confirmed", "returned", "nacked",
         "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
         "silent", "linkCount", "standby", "waiting", "peakUnconfirmed", "inflightToMesh"),
-    "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "settings"),
+    "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "handshakeTimeouts",
+                 "settings"),
     "policy": ("identity", "listener", "vhost", "group", "connectionCount", "connectionsOpened",
                "connectionsDenied", "sessionsDenied", "linksDenied", "messagesDenied"),
 }
@@ -117,6 +119,7 @@ class NodeEntities:
             "deliveriesDelayed10Sec": counters["delayed_10s"],
             "deliveriesStuck": core.stuck(),
             "streamsInProgress": len(engine.streams.active),
+            "handshakeTimeouts": server.handshake_timeouts,
         }
 
     # ---- connections -------------------------------------------------------------------------------------
@@ -244,13 +247,15 @@ class NodeEntities:
             where = getattr(conn, "listener", None)
             if conn.alive and where is not None:
                 counts[where] = counts.get(where, 0) + 1
+        timeouts = {b.name: b.handshake_timeouts for b in server.bound}
         rows = []
         for lc, (sock, _role) in zip(server.config.listeners, server.listeners, strict=False):
             host, port = sock.getsockname()[:2]
             ident = f"{host}:{port}"
             settings = {k: v for k, v in _fields(lc) if k not in ("host", "port", "role", "cost")}
             rows.append({"identity": ident, "host": host, "port": port, "role": lc.role, "cost": lc.cost,
-                         "connectionCount": counts.get(ident, 0), "settings": settings})
+                         "connectionCount": counts.get(ident, 0),
+                         "handshakeTimeouts": timeouts.get(ident, 0), "settings": settings})
         return rows
 
 
