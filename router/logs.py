@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -105,3 +105,61 @@ class LogOnce:
         """True while ``key`` is being suppressed (logged once, not reset yet)."""
         with self._lock:
             return key in self._suppressed
+
+
+class LogEvery:
+    """Count a repeating event per key and log one line per key per interval, with the count.
+
+    The first event of a key is logged at once; later ones are counted and logged together when the
+    interval has passed, by the next :meth:`note` of that key or by :meth:`flush` (call it from a
+    timer so that a burst's tail is logged too). ``format(key, count, detail)`` makes the line's
+    arguments: it returns ``(msg, *args)``. Keys come from the network (remote hosts), so at most
+    ``max_keys`` are kept: beyond that the oldest is flushed and forgotten.
+
+    Example::
+
+        failures = LogEvery(log, 60.0, lambda host, n, user: ("%s: %d failures (user %s)", host, n, user))
+        failures.note("10.0.0.7", now, "bob")   # logged now
+        failures.note("10.0.0.7", now + 1, "bob")  # counted
+        failures.flush(now + 61)                  # "10.0.0.7: 1 failures (user bob)"
+    """
+
+    def __init__(self, logger: logging.Logger | str, interval: float,
+                 fmt: Callable[[Hashable, int, object], tuple], level: int = logging.WARNING,
+                 max_keys: int = 4096) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        self.interval = interval
+        self.fmt = fmt
+        self.level = level
+        self.max_keys = max_keys
+        self._keys: dict[Hashable, list] = {}   # key -> [last logged at, count since, last detail]
+
+    def note(self, key: Hashable, now: float, detail: object = None) -> None:
+        """One more event of `key` at `now` (monotonic seconds); `detail` names the latest one."""
+        entry = self._keys.get(key)
+        if entry is None:
+            if len(self._keys) >= self.max_keys:
+                oldest = next(iter(self._keys))
+                self._emit(oldest, self._keys.pop(oldest))
+            self._keys[key] = [now, 0, detail]
+            self.logger.log(self.level, *self.fmt(key, 1, detail))
+            return
+        entry[1] += 1
+        entry[2] = detail
+        if now - entry[0] >= self.interval:
+            self._emit(key, entry)
+            entry[0], entry[1] = now, 0
+
+    def flush(self, now: float) -> None:
+        """Log the counts whose interval has passed; forget keys quiet for a whole interval."""
+        for key, entry in list(self._keys.items()):
+            if now - entry[0] >= self.interval:
+                if entry[1]:
+                    self._emit(key, entry)
+                    entry[0], entry[1] = now, 0
+                else:
+                    del self._keys[key]
+
+    def _emit(self, key: Hashable, entry: list) -> None:
+        if entry[1]:
+            self.logger.log(self.level, *self.fmt(key, entry[1], entry[2]))

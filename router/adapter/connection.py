@@ -12,6 +12,7 @@ import socket
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
     PN_LOCAL_CLOSED,
+    PN_REMOTE_UNINIT,
     PN_SYMBOL,
     pn_condition_set_description,
     pn_condition_set_name,
@@ -268,6 +269,11 @@ class Connection:
         protocol = ffi.string(buf).decode()
         pn_ssl_get_cipher_name(self.ssl, buf, 128)
         return f"{protocol}({ffi.string(buf).decode()})"
+
+    @property
+    def remote_opened(self) -> bool:
+        """The peer's Open arrived (so its protocol header, TLS and SASL were done before it)."""
+        return self.pn_conn is not None and not pn_connection_state(self.pn_conn) & PN_REMOTE_UNINIT
 
     @property
     def remote_container(self) -> str | None:

@@ -44,9 +44,11 @@ from router.amqp.annotations import (
     RouterView,
     annotate_ingress,
     router_view,
+    strip,
     with_hop,
 )
 from router.amqp.codec import MalformedError, scan_message
+from router.amqp.sections import client_sections
 from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
 from router.forwarding.records import (
     ACCEPTED,
@@ -80,6 +82,7 @@ class Deliveries:
         self.obs = None                      # the observer (router.adapter.observer), if any
         self._bufsize = 64 * 1024
         self.buf = ffi.new("char[]", self._bufsize)
+        self.view = memoryview(ffi.buffer(self.buf))    # the same bytes, indexed as ints
         self._tagnum = ffi.new("uint64_t *")
         self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
 
@@ -88,6 +91,7 @@ class Deliveries:
         if n > self._bufsize:
             self._bufsize = max(n, self._bufsize * 2)
             self.buf = ffi.new("char[]", self._bufsize)
+            self.view = memoryview(ffi.buffer(self.buf))
         return self.buf
 
     def new_delivery(self, link: object) -> object:
@@ -147,6 +151,14 @@ class Deliveries:
         if n < 0:                       # an empty transfer (PN_EOS): there is no message to pass on
             self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", b"empty message"))
             return
+        if not rec.router:              # a client's message: sections in AMQP order, no router keys
+            try:
+                if client_sections(self.view, n):
+                    buf, n = self._strip(buf, n)
+            except MalformedError as exc:
+                why = f"{BAD_SECTIONS}{exc}".encode()
+                self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
+                return
         a = rec.address
         if a is None:
             if rec.router:
@@ -186,6 +198,14 @@ class Deliveries:
                          -1 if obs is None else obs.route_of(a.key, rec, c, None, None))
         if mode:
             self._settled_on_the_way(mode, d, od, rec, a.key, c, None, None, n)
+
+    def _strip(self, buf: object, n: int) -> tuple[object, int]:
+        """Rewrite the client's message in the read buffer without its `x-opt-qd.*` annotations."""
+        data = strip(ffi.buffer(buf, n)[:])
+        n = len(data)
+        buf = self.buffer(n)
+        ffi.memmove(buf, data, n)
+        return buf, n
 
     def _settled_on_the_way(self, mode: int, d: object, od: object, p: Producer, key: str, c: Consumer,
                             ann: RouterAnnotations | None, rd: RemoteDest | None, n: int) -> None:
@@ -485,5 +505,6 @@ class Deliveries:
 
 
 UNAUTHORIZED = b"amqp:unauthorized-access"
+BAD_SECTIONS = "malformed message: "     # the description of a rejection for sections out of order
 UNREADABLE = Rejection(b"amqp:decode-error", b"unreadable message or router annotations")
 NO_PROPERTIES = Rejection(b"amqp:decode-error", b"cannot read the message properties")

@@ -1,11 +1,11 @@
 """Multi-frame transfers, passed on chunk by chunk with bounded memory.
 
-A message that arrives in several frames is routed as soon as the core can decide: at once for a producer
-with a local address, or once every section before the body is in (an anonymous message's `to`, the router
-annotations of a message from a peer, and any message crossing the mesh, whose prefix each consumer gets
-rewritten). Each chunk then goes on to every consumer as it arrives, pausing while a consumer's session
-holds more than STREAM_HIGH_WATER bytes. A consumer busy with a stream takes no other delivery meanwhile:
-those wait in the core (`RouterCore.hold`) and go out when the stream ends.
+A message that arrives in several frames is routed once every section before the body is in: they are
+checked to be in AMQP order, and they hold an anonymous message's `to`, the router annotations of a
+message from a peer (a client's are stripped), and the prefix each consumer gets rewritten when the
+message crosses the mesh. Each chunk then goes on to every consumer as it arrives, pausing while a
+consumer's session holds more than STREAM_HIGH_WATER bytes. A consumer busy with a stream takes no
+other delivery meanwhile: those wait in the core (`RouterCore.hold`) and go out when the stream ends.
 
 The outcome of a streamed delivery can be decided before its last frame (the consumer settled early or
 was lost, it could not be routed, it passed the size limit): it is kept in `final` and given to the
@@ -34,6 +34,7 @@ from router.adapter.outcomes import NO_TO, NodeOutcome, OutcomeSnapshot, Rejecti
 from router.addressing import address_key
 from router.amqp.annotations import AnnotationLayout, RouterAnnotations
 from router.amqp.codec import IncompleteError, MalformedError, scan_message
+from router.amqp.sections import PREFIX
 from router.forwarding.decisions import TO_MANY, TO_ONE
 from router.forwarding.records import (
     ACCEPTED,
@@ -108,10 +109,9 @@ class Streams:
         s.presettled = bool(pn_delivery_settled(d))
         self.core.arrived(p)
         self.active[d] = s
-        if p.address is None or p.router or p.address.remote:
-            s.prefix = bytearray()          # routed (and annotated) once the sections before the body are in
-        else:
-            self._route(s, p.address)
+        # routed once the sections before the body are in: they are checked (AMQP order), a client's
+        # router annotations stripped, a message to a peer annotated
+        s.prefix = bytearray()
         self.pump(s)
 
     def _route(self, s: Stream, a: Address, came_from: str | None = None,
@@ -155,12 +155,20 @@ class Streams:
             if len(prefix) < ANON_SCAN_LIMIT:
                 return False
             info = None
-        except MalformedError:
-            info = None
+        except MalformedError as exc:
+            self._sink(s, REJECTED)
+            s.final = Rejection(b"amqp:decode-error", f"malformed message: {exc}".encode())
+            return False
         if info is None:
             self._sink(s, REJECTED)
+            if p.address is not None:
+                s.final = Rejection(b"amqp:decode-error", b"the sections before the body exceed 64 KiB")
             return False
         layout = ann = came_from = None
+        if not p.router and info.message_annotations is not None:
+            start, end = info.message_annotations
+            if PREFIX in prefix[start:end]:
+                layout = AnnotationLayout(prefix, info)     # a client's x-opt-qd.* keys: stripped
         if p.router:
             try:
                 layout = AnnotationLayout(prefix, info)

@@ -114,6 +114,9 @@ class ListenerConfig:
     idle_timeout: float | None = declare(
         _seconds, "idle timeout of this listener's connections; 0 disables it", None,
         show="`node.idle_timeout`")
+    handshake_timeout: float = declare(
+        _seconds, "seconds a new connection has to complete the protocol header, TLS, SASL and Open; "
+                  "then it is closed (counted: `handshakeTimeouts`); 0 disables it", 10.0)
     policy_vhost: str | None = declare(
         c.host, "the `policy:` vhost of this listener's connections, whatever their Open's hostname "
                 "(`default`: the top-level groups)", None, show="by the Open's hostname")

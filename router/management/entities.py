@@ -25,7 +25,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
-        "reloads", "lastReload"),
+        "reloads", "lastReload", "handshakeTimeouts"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -43,7 +43,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "identity", "url", "state", "addresses", "published", "confirmed", "returned", "nacked",
         "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
         "silent", "linkCount", "standby", "waiting", "peakUnconfirmed", "inflightToMesh"),
-    "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "settings"),
+    "listener": ("identity", "host", "port", "role", "cost", "connectionCount", "handshakeTimeouts",
+                 "settings"),
     "connector": ("identity", "host", "port", "role", "cost", "connected", "settings"),
     "address-rule": ("identity", "prefix", "distribution"),
     "policy-group": ("identity", "vhost", "name", "settings"),
@@ -145,6 +146,7 @@ class NodeEntities:
             "streamsInProgress": len(engine.streams.active),
             "reloads": server.last_reload.seq if server.last_reload is not None else 0,
             "lastReload": server.last_reload.as_map() if server.last_reload is not None else None,
+            "handshakeTimeouts": server.handshake_timeouts,
         }
 
     # ---- connections -------------------------------------------------------------------------------------
@@ -305,6 +307,7 @@ class NodeEntities:
             where = getattr(conn, "listener", None)
             if conn.alive and where is not None:
                 counts[where] = counts.get(where, 0) + 1
+        timeouts = {b.name: b.handshake_timeouts for b in server.bound}
         rows = []
         for listener in server.bound:
             lc = listener.config
@@ -312,7 +315,8 @@ class NodeEntities:
             ident = f"{host}:{port}"
             settings = {k: v for k, v in _fields(lc) if k not in ("host", "port", "role", "cost")}
             rows.append({"identity": ident, "host": host, "port": port, "role": lc.role, "cost": lc.cost,
-                         "connectionCount": counts.get(ident, 0), "settings": settings})
+                         "connectionCount": counts.get(ident, 0),
+                         "handshakeTimeouts": timeouts.get(ident, 0), "settings": settings})
         return rows
 
 

@@ -122,7 +122,9 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
             ("meshrouter_hop_limit_drops", "hopLimitDrops", "Deliveries stopped by the hop limit"),
             ("meshrouter_deliveries_delayed_1s", "deliveriesDelayed1Sec", "Deliveries settled after > 1 s"),
             ("meshrouter_deliveries_delayed_10s", "deliveriesDelayed10Sec",
-             "Deliveries settled after > 10 s")):
+             "Deliveries settled after > 10 s"),
+            ("meshrouter_handshake_timeouts", "handshakeTimeouts",
+             "Connections closed for not completing header, TLS, SASL and Open within handshake_timeout")):
         m = counter(name, doc)
         m.add_metric([nid], node[attr])
         yield m

@@ -27,6 +27,7 @@ from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
+from router.logs import LogEvery
 from router.node.connectors import Connector
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.mesh import MeshControl
@@ -34,6 +35,7 @@ from router.policy.engine import Policy
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
+HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ class Listener:
         self.count = 0              # connections accepted and not yet gone
         self.refused = 0            # refused since the limit was last reached (logged once per streak)
         self.url = ""               # amqp(s)://host:port as bound
+        self.handshake_timeouts = 0  # connections closed for not completing their handshake in time
 
 
 class NodeServer:
@@ -92,6 +95,9 @@ class NodeServer:
         self.metrics: object = None         # router.management.metrics.MetricsListener with `metrics:`
         # forwarding latency: input read -> every resulting output written, per batch of events
         self.pump_latency = Histogram(FORWARDING_BOUNDS)
+        # connections closed for not completing header/TLS/SASL/Open within handshake_timeout
+        self.handshake_timeouts = 0
+        self._handshake_log = LogEvery(log, HANDSHAKE_LOG_INTERVAL, _handshake_line)
         self.last_reload: object = None     # router.node.reconfigure.ReloadResult of the last reload
         self.config_data: object = None     # the YAML data `config` was built from (management edits it)
 
@@ -250,6 +256,8 @@ class NodeServer:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = self._serve(listener.policy.wrap(sock), f"{addr[0]}:{addr[1]}", lc.role, lc.cost,
                                policy=listener.policy)
+            if lc.handshake_timeout > 0:
+                self.loop.call_later(lc.handshake_timeout, self._handshake_deadline, conn, listener)
             if lc.max_connections is not None and listener.count >= lc.max_connections:
                 self._refuse(conn, listener)
             else:
@@ -266,6 +274,18 @@ class NodeServer:
         conn.refuse(b"amqp:resource-limit-exceeded",
                     f"listener {listener.name}: too many connections (max_connections {limit})".encode())
         self.loop.call_later(REFUSE_GRACE, self._drop, conn)
+
+    def _handshake_deadline(self, conn: Connection, listener: Listener) -> None:
+        """`handshake_timeout` after the accept: a connection whose Open has not arrived (no protocol
+        header, or TLS or SASL not finished) is closed and counted; logged once per interval."""
+        if not conn.alive or conn.remote_opened:
+            return
+        self.handshake_timeouts += 1
+        listener.handshake_timeouts += 1
+        self._handshake_log.note(listener.name, time.monotonic(),
+                                 (conn.peer, listener.config.handshake_timeout, listener.handshake_timeouts))
+        self.engine.kill(conn)
+        self._reap()
 
     def _drop(self, conn: Connection) -> None:
         if conn.alive:
@@ -413,7 +433,9 @@ class NodeServer:
     # ---- timers -------------------------------------------------------------------------------------------
     def _tick(self) -> None:
         """Drive Proton's idle-timeout processing (heartbeats out, silent peers dropped)."""
-        self.engine.tick(int(time.monotonic() * 1000))
+        now = time.monotonic()
+        self.engine.tick(int(now * 1000))
+        self._handshake_log.flush(now)
         self._schedule()
         timeout = self._shortest_idle_timeout()
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0
@@ -442,3 +464,10 @@ class NodeServer:
             state["gateway"] = self.gateways.snapshot()
         log.info("state %s", json.dumps(state, sort_keys=True))
 
+
+
+def _handshake_line(listener: object, count: int, detail: object) -> tuple:
+    peer, timeout, total = detail
+    return ("listener %s: closed %d connection(s) that did not complete the protocol header, TLS, SASL and "
+            "Open within handshake_timeout (%g s), the last from %s (%d in all)",
+            listener, count, timeout, peer, total)

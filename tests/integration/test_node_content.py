@@ -163,7 +163,7 @@ def test_large_message_to_slow_consumer_does_not_balloon_memory(node):
     r = cons.receiver("balanced/large-slow", credit=2)
     s = prod.sender("balanced/large-slow")
     s.wait_credit()
-    assert s.send(b"warm-up" * 10).wait().state == ACCEPTED
+    assert s.send(make_message(b"warm-up" * 10)).wait().state == ACCEPTED
     r.wait_messages(1)
 
     base = rss_bytes(node.pid)
