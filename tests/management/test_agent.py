@@ -180,9 +180,9 @@ def test_binary_map_keys_are_answered_and_malformed_encodings_rejected(node_fact
     assert (status, body["attributeNames"], body["results"]) == (200, ["id"], [["A"]])
     request = make_message({"attributeNames": ["id"]}, address="$management", reply_to=m.reply_to,
                            correlation_id="trailing", properties={"operation": "QUERY", "type": "node"})
+    # REJECTED by the node at ingress (bytes after the body: sections out of order, issue 17) before
+    # the agent, which would reject it too
     assert m.request(None, raw=bytes(request.encode()) + b"\xff\xff")[0] == "REJECTED"
-    log = n.stderr_path.read_text(errors="replace")
-    assert "management: undecodable request dropped: 2 bytes at offset" in log
     assert not any(r.message is not None and r.message.correlation_id == "trailing"
                    for r in m.replies.received)
     assert m.node()["id"] == "A"
