@@ -77,7 +77,17 @@ def _read_back(spark: SparkSession, path: Path) -> list[dict]:
     return [row.asDict() for row in spark.read.parquet(str(path)).limit(REPORT_ROWS).collect()]
 
 
-COUNTS = ("lines", "deliveries", "events", "corrupt_lines", "invalid_records", "nodes", "addresses", "bytes")
+COUNTS = ("lines", "deliveries", "events", "corrupt_lines", "invalid_records", "invalid_deliveries",
+          "invalid_events", "unknown_kind", "nodes", "addresses", "bytes")
+# The summary's ``skipped`` breakdown: what could not be read, by kind (label -> summary count).
+SKIPPED = (("corrupt or truncated files", "corrupt_files"), ("malformed lines", "corrupt_lines"),
+           ("incomplete delivery records", "invalid_deliveries"),
+           ("incomplete event records", "invalid_events"), ("records of unknown kind", "unknown_kind"))
+
+
+def skipped(summary: Mapping[str, object]) -> dict[str, int]:
+    """What the run could not read, by kind (every kind, zeros included)."""
+    return {label: int(summary[key]) for label, key in SKIPPED}
 
 
 def _summary(classified: DataFrame, inputs: Inputs, records_dir: Path) -> DataFrame:
@@ -91,6 +101,10 @@ def _summary(classified: DataFrame, inputs: Inputs, records_dir: Path) -> DataFr
         F.sum((cls == "event").cast("long")).alias("events"),
         F.sum((cls == "corrupt").cast("long")).alias("corrupt_lines"),
         F.sum((cls == "invalid").cast("long")).alias("invalid_records"),
+        F.sum(((cls == "invalid") & (c("kind") == "delivery")).cast("long")).alias("invalid_deliveries"),
+        F.sum(((cls == "invalid") & (c("kind") == "event")).cast("long")).alias("invalid_events"),
+        F.sum(((cls == "invalid") & ~F.coalesce(c("kind").isin("delivery", "event"), F.lit(False)))
+              .cast("long")).alias("unknown_kind"),
         F.countDistinct(F.when(valid, c("node"))).alias("nodes"),
         F.countDistinct(F.when(cls == "delivery", c("address"))).alias("addresses"),
         F.sum(F.when(cls == "delivery", c("size"))).alias("bytes"),
@@ -126,6 +140,7 @@ def run_analysis(records_dir: str | Path, out_dir: str | Path, master: str = "lo
         result.tables["summary"] = path
         result.summary = _read_back(spark, path)[0]
         result.summary["bad_files"] = [{"file": f, "problem": why} for f, why in inputs.bad_files]
+        result.summary["skipped"] = skipped(result.summary)
         d, e = T.deliveries_of(classified), T.events_of(classified)
         for name, build in TABLES:
             steps.step(f"table {name}")

@@ -69,11 +69,14 @@ def events_of(classified: DataFrame) -> DataFrame:
 
 
 def input_problems(classified: DataFrame) -> DataFrame:
-    """(file, problem, count) for corrupt lines and invalid records, per input file."""
+    """(file, problem, count) per input file: malformed lines, and records that miss required fields by
+    their kind (delivery, event, or a kind this reader does not know)."""
     return (classified.filter(F.col("_class").isin("corrupt", "invalid"))
             .groupBy(F.regexp_replace("_file", "^file:(//)?", "").alias("file"),
-                     F.when(F.col("_class") == "corrupt", "corrupt lines")
-                     .otherwise("invalid records").alias("problem"))
+                     F.when(F.col("_class") == "corrupt", "malformed lines")
+                     .when(F.col("kind") == "delivery", "incomplete delivery records")
+                     .when(F.col("kind") == "event", "incomplete event records")
+                     .otherwise("records of unknown kind").alias("problem"))
             .agg(F.count("*").alias("count"))
             .transform(_sorted_by("file", "problem")))
 
