@@ -83,7 +83,7 @@ def node_run(spark, tmp_path_factory) -> NodeRun:
     nodes = NodeSet(base)
     try:
         node = nodes.start(link_capacity=CAPACITY, extra={"telemetry": {"dir": str(tdir)}})
-        known_traffic.run(node, CAPACITY)
+        expected = known_traffic.run(node, CAPACITY)
     finally:
         close_all()
         failure = nodes.stop_all()
@@ -92,4 +92,4 @@ def node_run(spark, tmp_path_factory) -> NodeRun:
     stdout = io.StringIO()
     with redirect_stdout(stdout), redirect_stderr(io.StringIO()):
         code = main(["analyze", str(tdir), "--out", str(out), "--master", "local[2]"])
-    return NodeRun(tdir, known_traffic.expected(CAPACITY), out, code, stdout.getvalue())
+    return NodeRun(tdir, expected, out, code, stdout.getvalue())
