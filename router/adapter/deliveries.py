@@ -186,7 +186,7 @@ class Deliveries:
             elif kind == HOLD:
                 core.hold(target, Held(ffi.buffer(buf, n)[:], d, rec, presettled, None, a.key))
             else:
-                self._unroutable(d, rec, presettled)
+                self._unroutable(d, rec, presettled, key if a is None else a.key, n)
             return
         out = c.handle                  # send_whole, inlined: this is the hot path
         self._tagnum[0] += 1
@@ -302,7 +302,7 @@ class Deliveries:
         if self.obs is not None and p.credit == 0:
             self.obs.event("credit_starved_start", p.handle, a.key if a is not None else None, p.conn.peer)
         if not kind:
-            self._unroutable(d, p, presettled)
+            self._unroutable(d, p, presettled, key, len(data))
             return
         try:
             if kind == TO_MANY:
@@ -340,9 +340,11 @@ class Deliveries:
         self.core.refused(p, presettled, counted)
         self.dirty.add(p.conn)
 
-    def _unroutable(self, d: object, p: Producer, presettled: bool) -> None:
+    def _unroutable(self, d: object, p: Producer, presettled: bool, key: str | None, size: int) -> None:
+        """RELEASE (or drop, if pre-settled) a delivery routed by `key` that has nowhere to go; its
+        record carries `key` (the link's address, or the message's `to` on the anonymous relay)."""
         if self.obs is not None:
-            self.obs.ended(p.address.key if p.address else None, p, presettled, 0)
+            self.obs.ended(key, p, presettled, size)
         if not presettled:
             pn_delivery_update(d, RELEASED)
         pn_delivery_settle(d)

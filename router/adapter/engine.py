@@ -282,7 +282,7 @@ class Engine:
         for p, n in grants:
             pn_link_flow(p.handle, n)
             dirty.add(p.conn)
-            if obs is not None and p.credit == n:
+            if obs is not None and n and p.credit == n:   # it had none: credit came back
                 obs.event("credit_starved_end", p.handle, p.address.key if p.address else None, p.conn.peer)
         for p in drains:
             pn_link_drain(p.handle, 0)

@@ -7,6 +7,7 @@ and no Spark start; a job failure exits 1 with one line. Nothing here imports Py
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="Spark master: local[*] (default), local[N], spark://host:port, yarn, k8s://...")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting, e.g. spark.executor.memory=4g (repeatable)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary (REPORT_DIR/summary.json) on stdout instead of the text lines")
     p.set_defaults(func=cmd_analyze)
 
 
@@ -78,7 +81,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         log.debug("analyze failed", exc_info=True)
         return _fail(_first_line(err), EXIT_FAILURE)
     s = result.summary
-    print(f"report: {result.report}\ntables: {out / 'tables'}\nrecords: {s['deliveries']:,} deliveries, "
-          f"{s['events']:,} events; skipped {s['corrupt_lines']:,} malformed lines, "
-          f"{s['invalid_records']:,} incomplete records, {s['corrupt_files']:,} files", flush=True)
+    if args.json:
+        print(json.dumps(s, indent=2, default=str), flush=True)
+        return EXIT_OK
+    skipped = ", ".join(f"{n:,} {label}" for label, n in s["skipped"].items())
+    print(f"report: {result.report}\ntables: {out / 'tables'}\nsummary: {out / 'summary.json'}\n"
+          f"records: {s['deliveries']:,} deliveries, {s['events']:,} events\nskipped: {skipped}", flush=True)
     return EXIT_OK

@@ -35,15 +35,20 @@ def _parquet_group(spark: SparkSession, files: list[str]) -> DataFrame:
 
 
 def read_parquet(spark: SparkSession, inputs: Inputs) -> DataFrame | None:
-    """Every usable Parquet file as record rows; files Spark cannot read move to ``inputs.bad_files``."""
+    """Every usable Parquet file as record rows; files that cannot be read move to ``inputs.bad_files``.
+
+    The files' schemas are read on the driver with pyarrow (their footers only: no Spark job per file);
+    files with the same schema are read together."""
+    import pyarrow.parquet as pq
+
     groups: dict[str, list[str]] = {}
     for path in inputs.parquet_files:
         try:
-            schema = spark.read.parquet(path).schema
+            schema = pq.read_schema(path)
         except Exception as err:  # any reader error means: skip this file
             inputs.bad_files.append((path, f"unreadable Parquet: {str(err).splitlines()[0][:200]}"))
             continue
-        groups.setdefault(schema.json(), []).append(path)
+        groups.setdefault(str(schema.remove_metadata()), []).append(path)
     frames = []
     for files in groups.values():
         try:

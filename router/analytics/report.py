@@ -98,11 +98,9 @@ def _summary_rows(s: dict, outcome_totals: dict[str, int]) -> list[dict]:
     rows = [
         ("records directory", s["records_dir"]),
         ("files read", f"{s['json_files']:,} JSON Lines, {s['parquet_files']:,} Parquet"),
-        ("files skipped (corrupt or truncated)", s["corrupt_files"]),
         ("delivery records", s["deliveries"]),
         ("event records", s["events"]),
-        ("malformed or truncated lines skipped", s["corrupt_lines"]),
-        ("records missing required fields skipped", s["invalid_records"]),
+        *((f"skipped: {label}", n) for label, n in s["skipped"].items()),
         ("nodes", s["nodes"]),
         ("addresses", s["addresses"]),
         ("bytes delivered", s["bytes"]),
@@ -157,10 +155,10 @@ def render(result: Result) -> str:
     problems += data["input_problems"]
     busiest_addresses = sorted(data["latency_address"], key=lambda r: -r["deliveries"])
     warn = ""
-    if s["corrupt_files"] or s["corrupt_lines"] or s["invalid_records"]:
-        warn = (f'<p class="warn">Skipped: {s["corrupt_files"]:,} files, {s["corrupt_lines"]:,} malformed '
-                f'lines, {s["invalid_records"]:,} incomplete records '
-                '(see <a href="#input">Input problems</a>).</p>')
+    if any(s["skipped"].values()):
+        what = ", ".join(f"{n:,} {label}" for label, n in s["skipped"].items() if n)
+        warn = f'<p class="warn" id="skipped">Skipped: {what} (see <a href="#input">Input problems</a>).</p>'
+
     parts = [
         f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>meshrouter telemetry report"
         f"</title><style>{CSS}</style></head><body>",

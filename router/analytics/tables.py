@@ -20,6 +20,11 @@ Definitions (see also the report's "How to read this" section):
   broker) that name their ``egress``: their settled - arrival spans arrival at the ingress until the
   outcome came back there. Multicast (egress null) and records from before the field are left out.
 - latency at the egress, by ingress -> egress: settled - arrival at the egress node (the last leg).
+
+Speed: the records are scanned once into ``cube``: delivery records counted (and their bytes summed)
+per distinct (route, outcome, second, latency). Records of one run of a node's batch share all of
+these, so the cube is many times smaller than the records; every delivery table is an aggregate of
+the cube (latency percentiles with ``percentile``'s frequency argument: still exact).
 """
 
 from __future__ import annotations
@@ -50,16 +55,54 @@ def classify(records: DataFrame) -> DataFrame:
         .otherwise("invalid"))
 
 
-def deliveries_of(classified: DataFrame) -> DataFrame:
-    """Valid delivery records with lat_us, second and the flags entered_mesh / left_mesh (at this node)."""
+CUBE_KEYS = ("cls", "kind", "node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "egress",
+             "second", "lat_us")
+
+
+def cube(classified: DataFrame) -> DataFrame:
+    """Every record counted per distinct CUBE_KEYS, in one pass: (CUBE_KEYS..., messages, bytes,
+    first_arrival, last_settled, first_time, last_time, entered_mesh, left_mesh).
+
+    ``cls`` is the record's class (see `classify`); ``second`` (of settled) and ``lat_us`` (settled -
+    arrival, whole microseconds) are null for records without those fields (events): an event's
+    delivery columns are null, so events make a few rows per node. The keys are plain columns (no
+    conditional expressions, which would evaluate the classification once per key)."""
     c = F.col
-    return (classified.filter(c("_class") == "delivery")
-            .select("node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "size",
-                    "arrival", "settled", "egress",
-                    F.round((c("settled") - c("arrival")) * 1_000_000).cast("long").alias("lat_us"),
-                    F.floor(c("settled")).cast("long").alias("second"),
-                    c("in_link").isin(*EXIT_LINKS).alias("entered_mesh"),
-                    c("out_link").isin(*EXIT_LINKS).alias("left_mesh")))
+    return (classified.groupBy(
+                c("_class").alias("cls"), "kind", "node", "address", "ingress", "hops", "in_link", "out_link",
+                "outcome", "egress", F.floor(c("settled")).cast("long").alias("second"),
+                F.round((c("settled") - c("arrival")) * 1_000_000).cast("long").alias("lat_us"))
+            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"),
+                 F.min("arrival").alias("first_arrival"), F.max("settled").alias("last_settled"),
+                 F.min("time").alias("first_time"), F.max("time").alias("last_time"))
+            .withColumn("entered_mesh", c("in_link").isin(*EXIT_LINKS))
+            .withColumn("left_mesh", c("out_link").isin(*EXIT_LINKS)))
+
+
+def deliveries_of(cube_df: DataFrame) -> DataFrame:
+    """The cube's rows of valid delivery records."""
+    return cube_df.filter(F.col("cls") == "delivery")
+
+
+ROUTE_KEYS = ("cls", "kind", "node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "egress",
+              "entered_mesh", "left_mesh")
+
+
+def routes(cube_df: DataFrame) -> DataFrame:
+    """(ROUTE_KEYS..., messages, bytes, first_arrival, first_time, last_settled, last_time): the cube
+    without time and latency (the summary's counts, and router.analytics.derived's outcomes, hops,
+    producers, consumers and ingress -> egress traffic, come from it)."""
+    return (cube_df.groupBy(*ROUTE_KEYS)
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"),
+                 *(F.min(n).alias(n) for n in ("first_arrival", "first_time")),
+                 *(F.max(n).alias(n) for n in ("last_settled", "last_time"))))
+
+
+def throughput_cells(d: DataFrame) -> DataFrame:
+    """(node, address, second, messages, bytes) of the delivery cube `d`: the throughput tables are
+    regroupings of it."""
+    return (d.groupBy("node", "address", "second")
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")))
 
 
 def events_of(classified: DataFrame) -> DataFrame:
@@ -69,11 +112,14 @@ def events_of(classified: DataFrame) -> DataFrame:
 
 
 def input_problems(classified: DataFrame) -> DataFrame:
-    """(file, problem, count) for corrupt lines and invalid records, per input file."""
+    """(file, problem, count) per input file: malformed lines, and records that miss required fields by
+    their kind (delivery, event, or a kind this reader does not know)."""
     return (classified.filter(F.col("_class").isin("corrupt", "invalid"))
             .groupBy(F.regexp_replace("_file", "^file:(//)?", "").alias("file"),
-                     F.when(F.col("_class") == "corrupt", "corrupt lines")
-                     .otherwise("invalid records").alias("problem"))
+                     F.when(F.col("_class") == "corrupt", "malformed lines")
+                     .when(F.col("kind") == "delivery", "incomplete delivery records")
+                     .when(F.col("kind") == "event", "incomplete event records")
+                     .otherwise("records of unknown kind").alias("problem"))
             .agg(F.count("*").alias("count"))
             .transform(_sorted_by("file", "problem")))
 
@@ -81,20 +127,23 @@ def input_problems(classified: DataFrame) -> DataFrame:
 def throughput(d: DataFrame, key: str) -> DataFrame:
     """(key, second, messages, bytes): messages settled per 1 s bucket."""
     return (d.groupBy(key, "second")
-            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
             .transform(_sorted_by(key, "second")))
 
 
 def outcomes(d: DataFrame, key: str) -> DataFrame:
     """(key, outcome, messages)."""
-    return d.groupBy(key, "outcome").agg(F.count("*").alias("messages")).transform(_sorted_by(key, "outcome"))
+    return (d.groupBy(key, "outcome").agg(F.sum("messages").alias("messages"))
+            .transform(_sorted_by(key, "outcome")))
 
 
 def _latency(d: DataFrame, keys: list[str]) -> DataFrame:
-    p = F.percentile(F.col("lat_us"), list(PERCENTILES))
-    agg = (d.filter(F.col("outcome").isin(*SETTLING_OUTCOMES))
+    c = F.col
+    p = F.percentile(c("lat_us"), list(PERCENTILES), c("messages"))
+    agg = (d.filter(c("outcome").isin(*SETTLING_OUTCOMES))
            .groupBy(*keys)
-           .agg(F.count("*").alias("deliveries"), p.alias("p"), F.avg("lat_us").alias("mean"),
+           .agg(F.sum("messages").alias("deliveries"), p.alias("p"),
+                (F.sum(c("lat_us") * c("messages")) / F.sum("messages")).alias("mean"),
                 F.max("lat_us").alias("max")))
     return agg.select(*keys, "deliveries",
                       (F.col("p")[0] / 1000).alias("p50_ms"), (F.col("p")[1] / 1000).alias("p90_ms"),
@@ -113,21 +162,22 @@ def hops_by(d: DataFrame, key: str | None) -> DataFrame:
     if key != "node":
         rows = rows.filter(F.col("left_mesh"))
     keys = [key, "hops"] if key else ["hops"]
-    return rows.groupBy(*keys).agg(F.count("*").alias("messages")).transform(_sorted_by(*keys))
+    return rows.groupBy(*keys).agg(F.sum("messages").alias("messages")).transform(_sorted_by(*keys))
 
 
 def top_producers(d: DataFrame) -> DataFrame:
     """(node, in_link, address, messages, bytes) for records that entered the mesh, busiest first."""
     return (d.filter(F.col("entered_mesh")).groupBy("node", "in_link", "address")
-            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
             .transform(_sorted_by(F.desc("messages"), "node", "address")))
 
 
 def top_consumers(d: DataFrame) -> DataFrame:
     """(node, out_link, address, messages, bytes, accepted) for records that left the mesh, busiest first."""
     return (d.filter(F.col("left_mesh")).groupBy("node", "out_link", "address")
-            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"),
-                 F.sum((F.col("outcome") == "accepted").cast("long")).alias("accepted"))
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"),
+                 F.sum(F.when(F.col("outcome") == "accepted", F.col("messages")).otherwise(0))
+                 .alias("accepted"))
             .transform(_sorted_by(F.desc("messages"), "node", "address")))
 
 
@@ -166,7 +216,7 @@ def pair_traffic(d: DataFrame) -> DataFrame:
     """(ingress, egress, messages, bytes) for deliveries that left the mesh, from their egress records."""
     return (d.filter(F.col("left_mesh") & F.col("ingress").isNotNull())
             .groupBy("ingress", F.col("node").alias("egress"))
-            .agg(F.count("*").alias("messages"), F.sum("size").alias("bytes"))
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"))
             .transform(_sorted_by("ingress", "egress")))
 
 
@@ -177,12 +227,12 @@ def pair_latency(d: DataFrame) -> DataFrame:
     ingress until the outcome came back there. It names the egress when the ingress knew it."""
     c = F.col
     rows = (d.filter(c("entered_mesh") & (c("hops") == 0) & c("egress").isNotNull())
-            .select(c("node").alias("ingress"), "egress", "outcome", "lat_us"))
+            .select(c("node").alias("ingress"), "egress", "outcome", "lat_us", "messages"))
     return _latency(rows, ["ingress", "egress"]).transform(_sorted_by("ingress", "egress"))
 
 
 def pair_latency_egress(d: DataFrame) -> DataFrame:
     """(ingress, egress, deliveries, p50_ms, …): latency at the egress node only (the last leg)."""
     rows = (d.filter(F.col("left_mesh") & F.col("ingress").isNotNull())
-            .select("ingress", F.col("node").alias("egress"), "outcome", "lat_us"))
+            .select("ingress", F.col("node").alias("egress"), "outcome", "lat_us", "messages"))
     return _latency(rows, ["ingress", "egress"]).transform(_sorted_by("ingress", "egress"))

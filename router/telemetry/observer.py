@@ -37,6 +37,7 @@ RELEASED = 0x26
 HANDOFF_RECORDS = 65_536  # hand a batch to the writer at this many records
 HANDOFF_SECONDS = 0.5     # or when it is this old (the server pumps at least once a second)
 MAX_ROUTE_KEYS = 10_000   # route_ids entries before it starts over
+STARVED_START, STARVED_END = "credit_starved_start", "credit_starved_end"
 
 Source = tuple[str | None, int, str]
 RouteInfo = tuple[str | None, int, str, str, str | None]
@@ -80,6 +81,7 @@ class NodeTelemetry:
         # what the engine's mesh path looks a route id up by: (address, raw ingress annotation, hops,
         # from a peer, consumer's peer, destination node) -> route id (bounded: peers choose ingress)
         self.route_ids: dict[tuple, int] = {}
+        self.starved: set[str | None] = set()   # ids of links with a credit_starved_start not yet ended
         # the server calls tick() once per pump with the node's monotonic clock (the core's in-flight stamps
         # are on it too): one clock read per batch of messages, not two per message. Records are for
         # people: their times are put on the wall clock when a batch is handed to the writer.
@@ -295,7 +297,22 @@ class NodeTelemetry:
 
     # ---- events -------------------------------------------------------------------------------------------
     def event(self, name: str, link: object, address: str | None, peer: str | None) -> None:
-        self.writer.event((name, link_id(link) if link is not None else None, address, peer, time.time()))
+        """Record a link or connection event. Credit starvation is recorded as pairs: a start only for a
+        link not starved already, an end only for a link that is (the ledger also tops up links that
+        never ran dry: a producer's first credit, the FLOW that ends a drain); a link that goes down is
+        no longer starved (its records close the interval with `link_down`)."""
+        lid = link_id(link) if link is not None else None
+        if name == STARVED_START:
+            if lid in self.starved:
+                return
+            self.starved.add(lid)
+        elif name == STARVED_END:
+            if lid not in self.starved:
+                return
+            self.starved.discard(lid)
+        elif name in ("link_down", "link_up"):          # link ids are reused once a link is freed
+            self.starved.discard(lid)
+        self.writer.event((name, lid, address, peer, time.time()))
 
     def _hand_off(self, b: DeliveryColumns) -> None:
         """Give a complete batch to the writer, its times on the wall clock."""

@@ -8,6 +8,7 @@ Not here: the issue's "real records from a short run of the four-node mesh" (the
 from __future__ import annotations
 
 import base64
+import json
 import math
 import re
 import subprocess
@@ -60,7 +61,8 @@ def assert_close(got: dict, want: dict) -> None:
 def test_cli_exits_0_and_reports_counts(run):
     assert run.code == 0, run.stderr
     assert "report: " in run.stdout and "263 deliveries, 16 events" in run.stdout
-    assert "skipped 5 malformed lines, 3 incomplete records, 2 files" in run.stdout
+    assert ("skipped: 2 corrupt or truncated files, 5 malformed lines, 1 incomplete delivery records, "
+            "0 incomplete event records, 2 records of unknown kind") in run.stdout
     steps = re.findall(r"^analyze \[\s*(\d+)/(\d+)\] (.+) \(", run.stderr, re.M)
     assert [int(n) for n, _, _ in steps] == list(range(1, len(steps) + 1)) and len(steps) == int(steps[0][1])
     assert any("latency_address" in s for _, _, s in steps)
@@ -73,6 +75,7 @@ def test_summary_counts_records_and_skipped_input(spark, run):
     assert s["deliveries"] == len(ds.deliveries) == 263
     assert s["events"] == len(ds.events) == 16
     assert (s["corrupt_lines"], s["invalid_records"], s["corrupt_files"]) == (5, 3, 2)
+    assert (s["invalid_deliveries"], s["invalid_events"], s["unknown_kind"]) == (1, 0, 2)
     assert (s["json_files"], s["parquet_files"]) == (8, 1)
     assert (s["nodes"], s["addresses"]) == (3, 4)
     assert s["bytes"] == sum(d["size"] for d in ds.deliveries)
@@ -82,12 +85,26 @@ def test_summary_counts_records_and_skipped_input(spark, run):
 def test_input_problems_name_each_file(spark, run):
     rows = {(r["file"].rsplit("/", 1)[-1], r["problem"]): r["count"]
             for r in run.table(spark, "input_problems")}
-    assert rows == {("A-broken-000001.jsonl", "corrupt lines"): 4,
-                    ("A-broken-000001.jsonl", "invalid records"): 3,
-                    ("B-20261122T000000Z-000002.jsonl", "corrupt lines"): 1}
+    assert rows == {("A-broken-000001.jsonl", "malformed lines"): 4,
+                    ("A-broken-000001.jsonl", "incomplete delivery records"): 1,
+                    ("A-broken-000001.jsonl", "records of unknown kind"): 2,
+                    ("B-20261122T000000Z-000002.jsonl", "malformed lines"): 1}
     html = (run.out / "report.html").read_text()
     assert "C-truncated.parquet" in html and "truncated Parquet file" in html
     assert "fake.parquet" in html and "notes.txt" not in html
+
+
+def test_skipped_input_is_counted_by_kind_in_html_and_json(run, tmp_path):
+    want = {"corrupt or truncated files": 2, "malformed lines": 5, "incomplete delivery records": 1,
+            "incomplete event records": 0, "records of unknown kind": 2}
+    summary = json.loads((run.out / "summary.json").read_text())
+    assert summary["skipped"] == want
+    html = (run.out / "report.html").read_text()
+    warn = re.search(r'<p class="warn" id="skipped">(.*?)</p>', html).group(1)
+    assert warn.startswith("Skipped: 2 corrupt or truncated files, 5 malformed lines, "
+                           "1 incomplete delivery records, 2 records of unknown kind")
+    for label, n in want.items():
+        assert re.search(rf"<td[^>]*>skipped: {label}</td><td[^>]*>{n}</td>", html), label
 
 
 def test_outcome_counts(spark, run):
