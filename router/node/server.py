@@ -279,6 +279,8 @@ class NodeServer:
         self._reap()
         if self._watchers:
             self._notify_watchers()
+        if engine.mesh_links.route_backlog:  # more route updates: after what the other sockets have
+            self._schedule()
         self.pump_latency.observe(time.monotonic() - now)
 
     # ---- address watches (the broker gateway follows its addresses' consumers) --------------------------
