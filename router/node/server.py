@@ -29,6 +29,7 @@ from router.config import ConfigError, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
 from router.node.connectors import Connector
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
+from router.node.memory import Trimmer
 from router.node.mesh import MeshControl
 from router.policy.engine import Policy
 
@@ -79,6 +80,7 @@ class NodeServer:
         self.listeners: list[tuple[socket.socket, str]] = []
         self.bound: list[Listener] = []      # the same listeners with their policies and counts
         self._counted: dict[Connection, Listener] = {}   # accepted connections -> their listener
+        self.trimmer = Trimmer()        # freed memory back to the system after waves of connections
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
         self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
@@ -332,6 +334,7 @@ class NodeServer:
         for conn in self.engine.take_dead():
             self._close_socket(conn)
             conn.free()
+            self.trimmer.freed_connection()
             listener = self._counted.pop(conn, None)
             if listener is not None:
                 listener.count -= 1
@@ -346,6 +349,7 @@ class NodeServer:
     def _tick(self) -> None:
         """Drive Proton's idle-timeout processing (heartbeats out, silent peers dropped)."""
         self.engine.tick(int(time.monotonic() * 1000))
+        self.trimmer.maybe_trim()
         self._schedule()
         timeout = self._shortest_idle_timeout()
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0
