@@ -64,6 +64,7 @@ CONTROL = "qd.router"
 DATA = "qd.router-data"
 COST_PROPERTY = "qd.inter-router-cost"
 CONTROL_CREDIT = 1000        # control messages are small and never wait for a consumer
+ROUTE_BATCH = 500            # changed mobile addresses given to the core per pump (about 5 ms)
 
 
 class RouterLink:
@@ -192,6 +193,9 @@ class RouterLinks:
         self.mesh: object = None
         self._links_epoch = 0        # bumped when a data link to a peer comes or goes
         self._routes_synced: tuple[int, int] | None = None   # (routes epoch, links epoch) given the core
+        # mobile addresses whose holders changed, not yet given to the core: ROUTE_BATCH per pump, so that
+        # a flood of 20,000 new addresses does not hold the loop (and other traffic) for 200 ms
+        self._route_backlog: set[str] = set()
         self._tagnum = ffi.new("uint64_t *")
         self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
 
@@ -291,6 +295,11 @@ class RouterLinks:
             self.mesh.on_control(rl.conn, ffi.buffer(buf, n)[:])
 
     # ---- the mesh's view, given to the core ------------------------------------------------------------
+    @property
+    def route_backlog(self) -> bool:
+        """Changed addresses wait for the next pump (the node pumps again soon, after other input)."""
+        return bool(self._route_backlog)
+
     def routes_changed(self) -> None:
         """A data link to a peer came or went: the core's remote destinations need a new look."""
         self._links_epoch += 1
@@ -310,10 +319,14 @@ class RouterLinks:
         changed = ls.take_address_changes()
         epoch = (ls.routes_epoch, self._links_epoch)
         if epoch == self._routes_synced and changed is not None:
-            if changed:             # only mobile addresses changed: O(changed), not a rescan of the table
-                self.core.update_remote_addresses(changed, ls.holders_of)
+            backlog = self._route_backlog   # only mobile addresses changed: O(changed), not a rescan
+            backlog |= changed
+            if backlog:
+                batch = [backlog.pop() for _ in range(min(ROUTE_BATCH, len(backlog)))]
+                self.core.update_remote_addresses(batch, ls.holders_of)
             return
         self._routes_synced = epoch
+        self._route_backlog.clear()         # the full view below covers them
         nodes = {}
         for node, cost in ls.costs.items():
             conn = ls.link_to(node)

@@ -18,6 +18,7 @@ Row = Mapping[str, Any]
 TABLE_FORMAT = "simple"
 LIST_LIMIT = 4          # items of a list cell shown before "+N more"
 MISSING = "-"
+FAST_ROWS = 200         # tables longer than this are drawn by simple_table, not tabulate
 
 
 # ------------------------------------------------------------------------------------------- cells
@@ -218,9 +219,24 @@ def render(view: View, rows: Sequence[Row]) -> str:
     if not rows:
         return "(none)"
     body = [[c.text(r) for c in view.columns] for r in sort_rows(view, rows)]
-    return tabulate(body, headers=[c.header for c in view.columns], tablefmt=TABLE_FORMAT,
-                    colalign=["right" if c.numeric else "left" for c in view.columns],
-                    disable_numparse=True)
+    headers = [c.header for c in view.columns]
+    colalign = ["right" if c.numeric else "left" for c in view.columns]
+    if len(body) > FAST_ROWS:
+        return simple_table(body, headers, colalign)
+    return tabulate(body, headers=headers, tablefmt=TABLE_FORMAT, colalign=colalign, disable_numparse=True)
+
+
+def simple_table(body: Sequence[Sequence[str]], headers: Sequence[str], colalign: Sequence[str]) -> str:
+    """tabulate's ``simple`` format for cells already formatted (the same text, tested against tabulate),
+    in a fraction of its time: a table of 20,000 links took tabulate most of a second."""
+    widths = [max([len(h) + 2] + [len(row[i]) for row in body]) for i, h in enumerate(headers)]
+    right = [a == "right" for a in colalign]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w)
+                         for c, w, r in zip(cells, widths, right, strict=True)).rstrip()
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths), *(line(row) for row in body)])
 
 
 def heading(view: View, node_id: str) -> str:

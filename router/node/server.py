@@ -30,6 +30,7 @@ from router.forwarding.core import RouterCore
 from router.logs import LogEvery
 from router.node.connectors import Connector
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
+from router.node.memory import Trimmer
 from router.node.mesh import MeshControl
 from router.policy.engine import Policy
 
@@ -83,6 +84,7 @@ class NodeServer:
         self.listeners: list[tuple[socket.socket, str]] = []
         self.bound: list[Listener] = []      # the same listeners with their policies and counts
         self._counted: dict[Connection, Listener] = {}   # accepted connections -> their listener
+        self.trimmer = Trimmer()        # freed memory back to the system after waves of connections
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
         self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
@@ -369,6 +371,8 @@ class NodeServer:
         self._reap()
         if self._watchers:
             self._notify_watchers()
+        if engine.mesh_links.route_backlog:  # more route updates: after what the other sockets have
+            self._schedule()
         self.pump_latency.observe(time.monotonic() - now)
 
     # ---- address watches (the broker gateway follows its addresses' consumers) --------------------------
@@ -420,6 +424,7 @@ class NodeServer:
         for conn in self.engine.take_dead():
             self._close_socket(conn)
             conn.free()
+            self.trimmer.freed_connection()
             listener = self._counted.pop(conn, None)
             if listener is not None:
                 listener.count -= 1
@@ -436,6 +441,7 @@ class NodeServer:
         now = time.monotonic()
         self.engine.tick(int(now * 1000))
         self._handshake_log.flush(now)
+        self.trimmer.maybe_trim()
         self._schedule()
         timeout = self._shortest_idle_timeout()
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0

@@ -9,7 +9,7 @@ import json
 import os
 import signal
 
-from tests.support.bulk import attach_receivers
+from tests.support.bulk import attach_receivers, open_idle_connections
 from tests.support.clients import Client, make_message
 from tests.support.resources import rss_bytes
 from tests.support.state import node_state
@@ -114,3 +114,31 @@ def test_link_churn_on_one_connection_does_not_grow_memory(node):
     grown = rss_bytes(node.pid) - before
     assert grown < 4 * 1024 * 1024, f"RSS grew {grown / 1e6:.1f} MB over 3000 link pairs"
     assert node_state(node).links == 0
+
+
+def test_memory_goes_back_after_waves_of_connections(node_factory):
+    """Three rounds of 1,000 idle connections opened then closed: after each round the node's RSS comes back
+    near where it started (freed memory is returned to the system), and does not grow round after round."""
+    n = node_factory("A", idle_timeout=0)        # the idle connections send no heartbeats
+    base = _connections_now(n, 0)
+    start = rss_bytes(n.pid)
+    after = []
+    for _ in range(3):
+        socks = open_idle_connections(n.url, 1000)
+        _connections_now(n, base + 1000)
+        peak = rss_bytes(n.pid)
+        for s in socks:
+            s.close()
+        _connections_now(n, base)
+        def trimmed(peak: int = peak) -> int | None:
+            rss = rss_bytes(n.pid)
+            return rss if rss < start + (peak - start) / 4 else None
+        after.append(wait_for(trimmed, what="RSS back near its start (the node trims its heap each second)"))
+    mib = 1024 * 1024
+    assert max(after) - min(after) < 3 * mib, [a // mib for a in after]
+
+
+def _connections_now(node, count: int) -> int:
+    """Wait until the node's state line counts `count` client connections; return the count."""
+    line = _state_line(node, lambda st: st["connections"] == count)
+    return json.loads(line.split(" state ", 1)[1])["connections"]

@@ -7,13 +7,17 @@ links and addresses on a node in a second or two.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 
 from proton import uint
 
+from tests.support.clients import parse_url
 from tests.support.raw_amqp import (
+    AMQP_HEADER,
     ATTACH,
+    OPEN,
     SOURCE,
     TARGET,
     RawConn,
@@ -56,3 +60,17 @@ def attach_receivers(url: str, addresses: Sequence[str], timeout: float = 60.0,
             answered += 1
     raw.frames.clear()
     return raw
+
+
+def open_idle_connections(url: str, count: int) -> list[socket.socket]:
+    """``count`` client connections that send the AMQP header and an Open, then nothing (the node needs
+    ``idle_timeout: 0`` to keep them). Their sockets are returned (the caller closes them); what the node
+    sends them stays unread in the kernel's buffers."""
+    host, port = parse_url(url)
+    opening = AMQP_HEADER + encode_frame(encode_performative(OPEN, ["idle", None, uint(65536)]))
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection((host, port))
+        s.sendall(opening)
+        socks.append(s)
+    return socks

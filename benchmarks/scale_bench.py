@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""Control plane at scale (issue 18): the four-node mesh under an address storm and many connections.
+
+The mesh is topologies/four-node.yaml's (every node linked to every other one), on free ports, with the
+default control-plane timers (HELLO 1 s, a neighbour lost after 3 s) and ``idle_timeout: 0`` (the idle
+connections of the benchmark send no heartbeats). A canary RPC stream (a caller on B, an echo server on
+D, ``--canary-rate`` calls/s) runs throughout. Measured:
+
+* **storm**: ``--addresses`` receivers on unique addresses attached to A over one raw connection in one
+  burst (every ATTACH written at once); neighbour losses logged by any node; the time from the last
+  ATTACH written until the farthest node (D) routes every address (its SIGUSR1 state line counts the
+  addresses with a remote destination, polled every 0.1 s); canary p50/p99/max during the burst
+  (from the first ATTACH until D routes everything, plus one second);
+* **stat**: ``meshrouter stat -l`` of A (the storm's links, paged), wall time and rows printed;
+* **connections**: ``--connections`` idle client connections (AMQP header and Open, raw sockets) spread
+  over the four nodes; RSS growth per connection of each node;
+* **rounds**: three rounds of opening and closing ``--round-connections`` connections on node B; B's RSS
+  after each round.
+
+    .venv/bin/python benchmarks/scale_bench.py
+    .venv/bin/python benchmarks/scale_bench.py --addresses 2000 --connections 2000 --round-connections 1000
+
+Prints a Markdown summary and writes benchmarks/results/<timestamp>-scale.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import yaml  # noqa: E402
+
+from router.amqp.codec import Described  # noqa: E402
+from router.amqp.encode import UInt, ULong, encode_value  # noqa: E402
+from router.rpc import RpcClient, RpcServer  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "results"
+TOPOLOGY = REPO / "topologies" / "four-node.yaml"
+ECHO = "openstack.org/om/rpc/anycast/scale/echo"
+STORM = "balanced/storm/"
+LOST = re.compile(r"neighbour \S+ lost|inter-router connection to \S+ lost")
+AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
+OPEN, BEGIN, ATTACH = 0x10, 0x11, 0x12
+SOURCE, TARGET = 0x28, 0x29
+PER_SESSION = 1000
+KIB, MIB = 1024, 1024 * 1024
+
+
+# ------------------------------------------------------------------------------------------- raw AMQP
+
+
+def frame(code: int, fields: list[Any], channel: int = 0) -> bytes:
+    """One AMQP frame holding a performative (encoded by the node's own codec)."""
+    body = encode_value(Described(ULong(code), fields))
+    return (8 + len(body)).to_bytes(4, "big") + b"\x02\x00" + channel.to_bytes(2, "big") + body
+
+
+def open_frames(container: str) -> bytes:
+    return AMQP_HEADER + frame(OPEN, [container, None, UInt(65536)])
+
+
+def storm_bytes(addresses: list[str]) -> tuple[bytes, bytes]:
+    """(header, Open and Begins; every ATTACH) for receivers on ``addresses``."""
+    sessions = (len(addresses) + PER_SESSION - 1) // PER_SESSION
+    begin = [None, UInt(0), UInt(65535), UInt(65535), UInt(PER_SESSION)]
+    head = open_frames("storm") + b"".join(frame(BEGIN, begin, ch) for ch in range(sessions))
+    attaches = []
+    for i, address in enumerate(addresses):
+        channel, handle = divmod(i, PER_SESSION)
+        attaches.append(frame(ATTACH, [f"storm-{i}", UInt(handle), True, None, None,
+                                       Described(ULong(SOURCE), [address]), Described(ULong(TARGET), [None])],
+                              channel))
+    return head, b"".join(attaches)
+
+
+class Drain(threading.Thread):
+    """Reads and discards what the node sends on some sockets (so its output never backs up)."""
+
+    def __init__(self, socks: list[socket.socket]) -> None:
+        super().__init__(daemon=True)
+        self.socks = socks
+        self.stop = False
+
+    def run(self) -> None:
+        import selectors
+        sel = selectors.DefaultSelector()
+        for s in self.socks:
+            s.setblocking(False)
+            sel.register(s, selectors.EVENT_READ)
+        while not self.stop:
+            for key, _ in sel.select(0.2):
+                try:
+                    if not key.fileobj.recv(1 << 16):
+                        sel.unregister(key.fileobj)
+                except (BlockingIOError, OSError):
+                    pass
+        sel.close()
+
+
+# ------------------------------------------------------------------------------------------------ nodes
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+@dataclass
+class Node:
+    node_id: str
+    proc: subprocess.Popen
+    url: str
+    port: int
+    stderr: Path
+    _offset: int = 0
+
+    def state(self, timeout: float = 2.0) -> dict[str, Any] | None:
+        """A fresh SIGUSR1 state line."""
+        with contextlib.suppress(OSError):
+            self._offset = self.stderr.stat().st_size
+        os.kill(self.proc.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with open(self.stderr, "rb") as f:
+                f.seek(self._offset)
+                lines = [ln for ln in f.read().splitlines() if b" state {" in ln]
+            for ln in reversed(lines):
+                with contextlib.suppress(ValueError):
+                    return json.loads(ln.split(b" state ", 1)[1])
+            time.sleep(0.01)
+        return None
+
+
+@dataclass
+class Mesh:
+    run_dir: Path
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+    def start(self) -> None:
+        topo = yaml.safe_load(TOPOLOGY.read_text())
+        names = list(topo["nodes"])
+        edges = [(e["from"], e["to"], e["cost"]) for e in topo["edges"]]
+        ports = iter(free_ports(2 * len(names)))
+        client_port = {n: next(ports) for n in names}
+        ir_port = {n: next(ports) for n in names}
+        order: list[str] = []
+        while len(order) < len(names):
+            order += [n for n in names if n not in order and all(t in order for f, t, _ in edges if f == n)]
+        for n in order:
+            cfg = {
+                "node": {"id": n, "link_capacity": 250, "idle_timeout": 0, "log_level": "info"},
+                "listeners": [{"host": "127.0.0.1", "port": client_port[n], "role": "normal"},
+                              {"host": "127.0.0.1", "port": ir_port[n], "role": "inter-router", "cost": 1}],
+                "connectors": [{"host": "127.0.0.1", "port": ir_port[t], "cost": c}
+                               for f, t, c in edges if f == n],
+                "addresses": topo["addresses"],
+            }
+            path = self.run_dir / f"{n}.yaml"
+            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            out, err = self.run_dir / f"{n}.stdout", self.run_dir / f"{n}.stderr"
+            with open(out, "wb") as o, open(err, "wb") as e:
+                proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], stdout=o,
+                                        stderr=e, stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
+            self.nodes[n] = Node(n, proc, f"amqp://127.0.0.1:{client_port[n]}", client_port[n], err)
+            deadline = time.monotonic() + 20
+            while f"ready: node={n}" not in out.read_text():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"scale_bench: node {n} did not start: {err.read_text()[-2000:]}")
+                time.sleep(0.05)
+
+    def losses(self) -> dict[str, list[str]]:
+        return {n: LOST.findall(node.stderr.read_text(errors="replace")) for n, node in self.nodes.items()}
+
+    def stop(self) -> None:
+        for n in self.nodes.values():
+            if n.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(n.proc.pid, signal.SIGTERM)
+        for n in self.nodes.values():
+            try:
+                n.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(n.proc.pid, signal.SIGKILL)
+                n.proc.wait(5)
+
+
+# ----------------------------------------------------------------------------------------------- canary
+
+
+class Canary(threading.Thread):
+    """RPC calls B -> D at a fixed rate; (start time, latency or None on error) per call."""
+
+    def __init__(self, url: str, rate: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.period = url, 1.0 / rate
+        self.samples: list[tuple[float, float | None]] = []
+        self.stop = False
+
+    def run(self) -> None:
+        with RpcClient(self.url, timeout=5, name="canary") as c:
+            nxt = time.monotonic()
+            while not self.stop:
+                t0 = time.monotonic()
+                try:
+                    c.call(ECHO, "ping")
+                    self.samples.append((t0, time.monotonic() - t0))
+                except Exception:
+                    self.samples.append((t0, None))
+                nxt += self.period
+                time.sleep(max(0.0, nxt - time.monotonic()))
+
+    def window(self, start: float, end: float) -> dict[str, Any]:
+        lat = sorted(x for t, x in self.samples if start <= t <= end and x is not None)
+        errors = sum(1 for t, x in self.samples if start <= t <= end and x is None)
+        if not lat:
+            return {"calls": 0, "errors": errors}
+        return {"calls": len(lat), "errors": errors, "p50_ms": 1000 * statistics.median(lat),
+                "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], "max_ms": 1000 * lat[-1]}
+
+
+# -------------------------------------------------------------------------------------------- measures
+
+
+def storm(mesh: Mesh, canary: Canary, n: int) -> tuple[dict[str, Any], socket.socket]:
+    a, d = mesh.nodes["A"], mesh.nodes["D"]
+    head, attaches = storm_bytes([f"{STORM}{i}" for i in range(n)])
+    sock = socket.create_connection(("127.0.0.1", a.port))
+    sock.sendall(head)
+    drain = Drain([sock])
+    drain.start()
+    t0 = time.monotonic()
+    sock.sendall(attaches)                  # blocks until the node has read most of it
+    written = time.monotonic()
+    routed = None
+    deadline = written + 120
+    while time.monotonic() < deadline:
+        st = d.state()
+        if st is not None and _remote_addresses(st) >= n:
+            routed = time.monotonic()
+            break
+        time.sleep(0.1)                     # each state line costs D a pass over its addresses
+    time.sleep(4.0)                          # one HELLO timeout more: a loss would be logged by now
+    end = routed if routed is not None else time.monotonic()
+    result = {"addresses": n, "write_s": written - t0,
+              "routed_after_last_attach_s": None if routed is None else routed - written,
+              "routed_after_first_attach_s": None if routed is None else routed - t0,
+              "neighbour_losses": sum(len(v) for v in mesh.losses().values()), "lost": mesh.losses(),
+              "canary_during_burst": canary.window(t0, end + 1.0)}
+    return result, sock
+
+
+def _remote_addresses(state: dict[str, Any]) -> int:
+    """Addresses with a remote destination, from a state line (before issue 18 it held the table)."""
+    table = state.get("addresses")
+    if isinstance(table, dict):
+        return sum(1 for a in table.values() if a.get("remote"))
+    return state.get("remote_addresses", 0)
+
+
+def stat_time(mesh: Mesh) -> dict[str, Any]:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "router", "stat", "-l", "-b", mesh.nodes["A"].url,
+                           "--timeout", "30"], capture_output=True, text=True, cwd=REPO)
+    took = time.monotonic() - t0
+    return {"seconds": took, "exit": proc.returncode, "rows": proc.stdout.count(STORM)}
+
+
+def open_idle(port: int, count: int) -> list[socket.socket]:
+    data = open_frames("idle")
+    socks = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(data)
+        socks.append(s)
+    return socks
+
+
+def settle(node: Node, connections: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = node.state()
+        if st is not None and st.get("connections") == connections:
+            return
+        time.sleep(0.2)
+
+
+def connections(mesh: Mesh, total: int) -> dict[str, Any]:
+    per = total // len(mesh.nodes)
+    before = {n: rss(node.proc.pid) for n, node in mesh.nodes.items()}
+    base = {n: (node.state() or {}).get("connections", 0) for n, node in mesh.nodes.items()}
+    socks: list[socket.socket] = []
+    for node in mesh.nodes.values():
+        socks += open_idle(node.port, per)
+    drain = Drain(socks)
+    drain.start()
+    for n, node in mesh.nodes.items():
+        settle(node, base[n] + per)
+    time.sleep(2.0)
+    after = {n: rss(node.proc.pid) for n, node in mesh.nodes.items()}
+    t0 = {n: _cpu(node.proc.pid) for n, node in mesh.nodes.items()}
+    time.sleep(5.0)
+    idle_cpu = {n: (_cpu(node.proc.pid) - t0[n]) / 5.0 for n, node in mesh.nodes.items()}
+    drain.stop = True
+    drain.join()
+    for s in socks:
+        s.close()
+    return {"per_node": per, "rss_per_connection_kib": {n: (after[n] - before[n]) / per / KIB for n in after},
+            "idle_cpu_share": idle_cpu}
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rounds(mesh: Mesh, count: int) -> dict[str, Any]:
+    b = mesh.nodes["B"]
+    base = (b.state() or {}).get("connections", 0)
+    samples = [rss(b.proc.pid)]
+    for _ in range(3):
+        socks = open_idle(b.port, count)
+        drain = Drain(socks)
+        drain.start()
+        settle(b, base + count)
+        drain.stop = True
+        drain.join()
+        for s in socks:
+            s.close()
+        settle(b, base)
+        time.sleep(1.0)
+        samples.append(rss(b.proc.pid))
+    return {"connections": count, "rss_mib": [x / MIB for x in samples]}
+
+
+# ------------------------------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--addresses", type=int, default=20000)
+    p.add_argument("--connections", type=int, default=10000)
+    p.add_argument("--round-connections", type=int, default=5000)
+    p.add_argument("--canary-rate", type=float, default=50.0)
+    p.add_argument("--label", default="")
+    args = p.parse_args()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Any] = {"args": vars(args)}
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
+        mesh = Mesh(Path(tmp))
+        server = canary = None
+        try:
+            mesh.start()
+            server = RpcServer(mesh.nodes["D"].url, ECHO, lambda body, props: body, name="echo-D")
+            deadline = time.monotonic() + 30
+            with RpcClient(mesh.nodes["B"].url, timeout=2) as c:
+                while True:
+                    try:
+                        c.call(ECHO, "hello")
+                        break
+                    except Exception:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.2)
+            canary = Canary(mesh.nodes["B"].url, args.canary_rate)
+            canary.start()
+            time.sleep(2.0)
+            out["canary_before"] = canary.window(0, time.monotonic())
+            out["storm"], storm_sock = storm(mesh, canary, args.addresses)
+            out["stat"] = stat_time(mesh)
+            storm_sock.close()
+            out["connections"] = connections(mesh, args.connections)
+            out["rounds"] = rounds(mesh, args.round_connections)
+            out["losses_total"] = sum(len(v) for v in mesh.losses().values())
+        finally:
+            if canary is not None:
+                canary.stop = True
+                canary.join(10)
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.stop()
+            mesh.stop()
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = RESULTS / f"{stamp}-scale{'-' + args.label if args.label else ''}.json"
+    path.write_text(json.dumps(out, indent=2))
+    s, c, r = out["storm"], out["connections"], out["rounds"]
+    cb = s["canary_during_burst"]
+    rows = [
+        ("neighbour losses (storm of {} receivers at A, whole run)".format(s["addresses"]),
+         str(out["losses_total"]), "0"),
+        ("D routes every address: after the last / the first ATTACH written",
+         f"{_num(s['routed_after_last_attach_s'])} / {_num(s['routed_after_first_attach_s'])} s", "≤ 1 s"),
+        ("canary RPC B→D during the burst: p50 / p99 / max",
+         f"{_num(cb.get('p50_ms'))} / {_num(cb.get('p99_ms'))} / {_num(cb.get('max_ms'))} ms "
+         f"({cb['calls']} calls, {cb['errors']} errors)", "p99 ≤ 20 ms"),
+        (f"`stat -l` of {out['stat']['rows']} links", f"{out['stat']['seconds']:.2f} s", "≤ 2 s"),
+        (f"RSS per idle connection ({c['per_node']} per node)",
+         ", ".join(f"{n} {v:.1f}" for n, v in c["rss_per_connection_kib"].items()) + " KiB", "≤ 20 KiB"),
+        ("idle CPU with them", ", ".join(f"{n} {100 * v:.1f}%" for n, v in c["idle_cpu_share"].items()), ""),
+        (f"B's RSS: start, after 3 rounds of {r['connections']} connections",
+         " → ".join(f"{x:.0f}" for x in r["rss_mib"]) + " MiB", "no growth after round 1"),
+    ]
+    print("| measure | value | goal |\n|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print(f"\n(details: {path.relative_to(REPO)})")
+    return 0
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
