@@ -237,3 +237,18 @@ def pair_latency_egress(d: DataFrame) -> DataFrame:
     rows = (d.filter(F.col("left_mesh") & F.col("ingress").isNotNull())
             .select("ingress", F.col("node").alias("egress"), "outcome", "lat_us", "messages"))
     return _latency(rows, ["ingress", "egress"]).transform(_sorted_by("ingress", "egress"))
+
+
+def windows(d: DataFrame, mid: int) -> DataFrame:
+    """(window, address, messages, bytes, undeliverable, p50_ms, p99_ms): deliveries settled before the
+    whole second ``mid`` (window "first") and from it ("second"), per address; latency over the
+    settling outcomes, undeliverable = released or modified."""
+    c = F.col
+    p = F.percentile(F.when(c("outcome").isin(*SETTLING_OUTCOMES), c("lat_us")), [0.5, 0.99], c("messages"))
+    return (d.groupBy(F.when(c("second") < mid, "first").otherwise("second").alias("window"), "address")
+            .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes"),
+                 F.sum(F.when(c("outcome").isin("released", "modified"), c("messages")).otherwise(0))
+                 .alias("undeliverable"), p.alias("p"))
+            .select("window", "address", "messages", "bytes", "undeliverable",
+                    (c("p")[0] / 1000).alias("p50_ms"), (c("p")[1] / 1000).alias("p99_ms"))
+            .transform(_sorted_by("address", "window")))
