@@ -31,6 +31,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                    help="Spark master: local[*] (default), local[N], spark://host:port, yarn, k8s://...")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Spark setting, e.g. spark.executor.memory=4g (repeatable)")
+    p.add_argument("--follow", action="store_true",
+                   help="live view: Spark Structured Streaming over RECORDS_DIR, a console table and "
+                        "REPORT_DIR/live.html refreshed every --refresh seconds, until interrupted")
+    p.add_argument("--refresh", type=float, default=5.0, metavar="SECONDS",
+                   help="--follow: seconds between refreshes (default 5)")
+    p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                   help="--follow: stop after this many seconds (default: run until interrupted)")
     p.add_argument("--json", action="store_true",
                    help="print the summary (REPORT_DIR/summary.json) on stdout instead of the text lines")
     p.set_defaults(func=cmd_analyze)
@@ -62,8 +69,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if not sep or not key.strip():
             return _fail(f"--conf {item!r}: expected KEY=VALUE", EXIT_USAGE)
         conf[key.strip()] = value
+    if args.follow and args.refresh <= 0:
+        return _fail("--refresh: must be > 0", EXIT_USAGE)
     inputs = find_inputs(records)
-    if inputs.count == 0:
+    if inputs.count == 0 and not args.follow:
         return _fail(f"{records}: no telemetry files (*.jsonl, *.json, *.parquet) in it", EXIT_USAGE)
     try:
         import matplotlib  # noqa: F401 - checked here for a clear message
@@ -73,6 +82,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if not java_available():
         return _fail("java not found (PySpark needs Java 17 or newer): install openjdk-17-jre-headless "
                      "or set JAVA_HOME", EXIT_FAILURE)
+    if args.follow:
+        from router.analytics.follow import follow
+
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            shown = follow(records, out, args.master, conf, args.refresh, args.duration)
+        except Exception as err:
+            log.debug("analyze --follow failed", exc_info=True)
+            return _fail(_first_line(err), EXIT_FAILURE)
+        print(f"follow: {shown} refreshes; last view: {out / 'live.html'}", flush=True)
+        return EXIT_OK
     from router.analytics.job import run_analysis
 
     try:

@@ -6,6 +6,7 @@ Each step prints one progress line on stderr (``analyze [ 5/22] table latency_no
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 import time
@@ -23,6 +24,7 @@ from router.analytics import derived as D
 from router.analytics import tables as T
 from router.analytics.inputs import Inputs, find_inputs
 from router.analytics.load import read_records
+from router.analytics.questions import answers
 from router.analytics.report import write_report
 from router.analytics.result import Result
 from router.analytics.session import get_session
@@ -54,7 +56,8 @@ DERIVED: tuple[tuple[str, str, Derive], ...] = (
     ("pair_traffic", "routes", D.pair_traffic),
     ("starvation_address", "starvation_link", D.starvation_addresses),
 )
-TABLE_NAMES = ("summary", "input_problems", *(n for n, _ in SPARK_TABLES), *(n for n, _, _ in DERIVED))
+TABLE_NAMES = ("summary", "input_problems", *(n for n, _ in SPARK_TABLES), *(n for n, _, _ in DERIVED),
+               "windows")
 INPUT_PROBLEMS_SCHEMA = pa.schema([("file", pa.string()), ("problem", pa.string()), ("count", pa.int64())])
 
 
@@ -145,7 +148,7 @@ def run_analysis(records_dir: str | Path, out_dir: str | Path, master: str = "lo
     so are the malformed records, only if there are any. JSON Lines input is cached (parsing it is
     the expensive part)."""
     records_dir, out_dir = Path(records_dir), Path(out_dir)
-    steps = Progress(8 + len(SPARK_TABLES) + len(DERIVED), progress)
+    steps = Progress(9 + len(SPARK_TABLES) + len(DERIVED), progress)
     steps.step(f"starting Spark ({master})")
     spark, created = get_session(master, conf)
     cached: list[DataFrame] = []
@@ -188,6 +191,12 @@ def run_analysis(records_dir: str | Path, out_dir: str | Path, master: str = "lo
         for name, source, derive in DERIVED:
             steps.step(f"table {name}")
             save(name, derive(sources[source]))
+        steps.step("table windows (first and second half of the time span)")
+        first, last = result.summary["first_time"], result.summary["last_time"]
+        mid = math.floor((first + last) / 2) if first is not None and last is not None else 0
+        save("windows", T.windows(d, mid))
+        result.summary["questions"] = answers(result.data)
+        result.summary["questions"]["windows_split_at"] = mid
         steps.step("report.html")
         write_report(result)
         (out_dir / "summary.json").write_text(json.dumps(result.summary, indent=2, default=str) + "\n")

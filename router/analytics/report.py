@@ -137,6 +137,34 @@ DEFINITIONS = """
 """
 
 
+def _questions(q: dict) -> list[str]:
+    """The "Questions" section (router.analytics.questions)."""
+    if not q:
+        return []
+    split = q.get("windows_split_at")
+    return [
+        "<h2 id='questions'>Questions</h2>",
+        "<h3>Top addresses by volume</h3>",
+        table(q["top_addresses_by_volume"], ["address", "messages"], "outcomes_address"),
+        "<h3>Top addresses by latency (p99)</h3>",
+        table(q["top_addresses_by_latency"], ["address", "deliveries", "p50_ms", "p99_ms", "max_ms"],
+              "latency_address"),
+        "<h3>Undeliverable (released or modified) by address</h3>",
+        table(q["undeliverable_by_address"], ["address", "undeliverable", "released", "modified", "messages"],
+              "outcomes_address"),
+        "<h3>Undeliverable (released or modified) by node</h3>",
+        table(q["undeliverable_by_node"], ["node", "undeliverable", "released", "modified", "messages"],
+              "outcomes_node"),
+        "<h3>Slowest paths, ingress &rarr; egress (end-to-end p99)</h3>",
+        table(q["slowest_paths"], ["ingress", "egress", "deliveries", "p50_ms", "p99_ms"], "pair_latency"),
+        f"<h3>Two time windows: settled before {_utc(split)} (first) and from it (second)</h3>",
+        table(q["windows"], ["address", "window", "messages", "bytes", "undeliverable", "p50_ms", "p99_ms"],
+              "windows"),
+        "<p class='note'>Per-link utilisation over time is not answered: delivery records name the kind of "
+        "link, not the link.</p>",
+    ]
+
+
 def render(result: Result) -> str:
     """The whole page."""
     data, s = result.data, result.summary
@@ -165,6 +193,7 @@ def render(result: Result) -> str:
         "<h1>meshrouter telemetry report</h1>",
         f'<p class="note">Generated {_utc(time.time())} by <code>meshrouter analyze</code>.</p>',
         "<h2 id='summary'>Summary</h2>", warn, table(_summary_rows(s, outcome_totals), ["what", "value"]),
+        *_questions(s.get("questions", {})),
         "<h2 id='throughput'>Throughput</h2>",
         image(plots.throughput(data["throughput_node"], start), "Throughput per node"),
         table(_throughput_stats(data["throughput_node"]),

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
+import pytest
+
 from tests.support.telemetry import records
 
 TEL = "tel/"
@@ -102,3 +104,62 @@ def test_report_matches_the_known_traffic_field_by_field(spark, node_run):
     assert hops == {(a, 0): totals[a] for a in totals if a != "tel/none"}
     pairs = {(r["ingress"], r["egress"]): r["messages"] for r in table(spark, node_run, "pair_traffic")}
     assert pairs == {("A", "A"): sum(r["out_link"] == "client" for r in deliveries)}
+
+
+def test_questions_answered_in_json_and_report(node_run):
+    want = node_run.expected
+    totals: Counter = Counter()
+    for (address, _), n in want.items():
+        totals[address] += n
+    summary = json.loads((node_run.out / "summary.json").read_text())
+    q = summary["questions"]
+    assert [(r["address"], r["messages"]) for r in ours(q["top_addresses_by_volume"])] == \
+        sorted(totals.items(), key=lambda kv: -kv[1])
+    assert [(r["address"], r["released"], r["modified"], r["undeliverable"])
+            for r in ours(q["undeliverable_by_address"])] == [("tel/none", 7, 0, 7), ("tel/a", 3, 3, 6)]
+    recs = [r for r in records(node_run.records) if r["kind"] == "delivery"]
+    (node,) = q["undeliverable_by_node"]
+    assert (node["node"], node["undeliverable"]) == ("A", sum(r["outcome"] in ("released", "modified")
+                                                              for r in recs))
+    settling = {a: sum(n for (b, o), n in want.items() if b == a and o not in ("presettled", "dropped"))
+                for a in totals}
+    for r in ours(q["top_addresses_by_latency"]):        # the top 10 (management addresses may rank too)
+        assert r["deliveries"] == settling[r["address"]] and r["p99_ms"] >= r["p50_ms"] >= 0
+    assert ("A", "A") in {(r["ingress"], r["egress"]) for r in q["slowest_paths"]}
+    per_window: Counter = Counter()
+    for r in ours(q["windows"]):
+        assert r["window"] in ("first", "second")
+        per_window[r["address"]] += r["messages"]
+    assert per_window == totals
+    html = (node_run.out / "report.html").read_text()
+    assert ">Questions</h2>" in html and "Undeliverable (released or modified) by address" in html
+
+
+def test_report_in_headless_chromium(node_run, tmp_path):
+    """The page loads in a real browser, is not blank, and shows the expected totals."""
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    url = (node_run.out / "report.html").resolve().as_uri()
+    base = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+            f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    summary = json.loads((node_run.out / "summary.json").read_text())
+    page = dom.stdout
+    assert "<h1>meshrouter telemetry report</h1>" in page
+    assert f">{summary['deliveries']:,}</td>" in page and f">{summary['events']:,}</td>" in page
+    for address in ("tel/a", "tel/b", "tel/none", "tel/s"):
+        assert address in page
+    shot = tmp_path / "page.png"
+    run = subprocess.run([*base, f"--screenshot={shot}", "--window-size=1200,1600", url],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))[..., :3]
+    ink = (pixels.min(axis=2) < 0.9).mean()             # share of pixels that are not (near) white
+    assert 0.01 < ink < 0.9, ink
