@@ -24,7 +24,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
-        "handshakeTimeouts"),
+        "handshakeTimeouts", "connectionsRefusedNoFd"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -120,6 +120,7 @@ class NodeEntities:
             "deliveriesStuck": core.stuck(),
             "streamsInProgress": len(engine.streams.active),
             "handshakeTimeouts": server.handshake_timeouts,
+            "connectionsRefusedNoFd": server.fd_refused,
         }
 
     # ---- connections -------------------------------------------------------------------------------------
