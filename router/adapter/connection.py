@@ -219,6 +219,8 @@ class Connection:
                 return BLOCKED
             p = pn_transport_pending(t)
         if p < 0:
+            if self.input_closed:           # all said (our Close) and nothing more to read: tear it down
+                pn_transport_close_tail(t)
             return DONE
         if p == 0 and self.input_closed:
             # Nothing more to say and nothing more to read (an input error, or the node gave up on

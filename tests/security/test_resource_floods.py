@@ -118,6 +118,7 @@ def test_link_flood_bounded(node):
     assert p50 < 0.05, times
     links = Requester(Client(node.url)).node()["linkCount"]
     assert links <= 1000 + 10, links
+    raw.wait_eof(timeout=5)                                 # closed after 100 refusals
 
 
 def test_connections_beyond_the_fd_limit_refused_cleanly(tmp_path):
