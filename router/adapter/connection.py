@@ -261,6 +261,12 @@ class Connection:
         pn_condition_set_name(cond, name)
         pn_condition_set_description(cond, description)
 
+    def close_with(self, name: bytes, description: bytes) -> None:
+        """Close an open connection with this error (it goes when the peer's Close or EOF arrives, or
+        at the idle timeout)."""
+        self.set_close_condition(name, description)
+        pn_connection_close(self.pn_conn)
+
     def refuse(self, name: bytes, description: bytes) -> None:
         """Answer the peer's Open with a Close carrying this error: the connection ends there."""
         self.set_close_condition(name, description)

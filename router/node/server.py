@@ -76,7 +76,8 @@ class NodeServer:
         self.core = RouterCore(config.node_id, rules, config.link_capacity, policy=Policy(config.policy))
         self.core.tick(time.monotonic())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
-        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control)
+        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control,
+                                close=self._close_impostor)
         self.engine.mesh = self.mesh
         self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
         # plugged in by router.launch: started after the listeners, stopped (in reverse) before the
@@ -256,6 +257,14 @@ class NodeServer:
                                  (conn.peer, listener.config.handshake_timeout, listener.handshake_timeouts))
         self.engine.kill(conn)
         self._reap()
+
+    def _close_impostor(self, conn: Connection) -> None:
+        """The control plane found that this inter-router peer claims the id of a node alive elsewhere."""
+        if conn.alive:
+            conn.close_with(b"amqp:unauthorized-access",
+                            b"this node id belongs to another live node (its link-state instance differs)")
+            self.engine.dirty.add(conn)
+            self._schedule()
 
     def _drop(self, conn: Connection) -> None:
         if conn.alive:
