@@ -73,6 +73,7 @@ FLUSHED, BLOCKED, DONE = 0, 1, 2     # results of Connection.flush
 IO_CHUNK = 256 * 1024
 MAX_FRAME = MAX_FRAME_SIZE  # as qdrouterd's default; larger messages stream frame by frame
 UNLIMITED = 2**63          # "no limit" for the per-connection limits
+MAX_REFUSED_LINKS = 100    # attaches refused for max_links before the connection is closed (a flood)
 
 _rbuf = bytearray(IO_CHUNK)
 _rbuf_c = ffi.from_buffer(_rbuf)
@@ -103,7 +104,8 @@ class Connection:
     __slots__ = ("sock", "pn_conn", "pn_transport", "alive", "links", "sessions", "peer", "role",
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
-                 "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost", "framed")
+                 "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
+                 "refused_links", "framed")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -125,6 +127,7 @@ class Connection:
         self.listener: str | None = None           # "host:port" of the listener that accepted it
         self.max_message_size = UNLIMITED          # bigger transfers are rejected (engine)
         self.max_links = UNLIMITED                 # client links beyond this are refused (admit_link)
+        self.refused_links = 0                     # attaches refused for max_links (closed past a few)
         # authorization (router.policy): the listener's forced vhost; the grant resolved at the Open
         self.policy_vhost: str | None = None
         self.access: object = None                 # router.policy.access.Access once the Open arrived
@@ -217,6 +220,8 @@ class Connection:
                 return BLOCKED
             p = pn_transport_pending(t)
         if p < 0:
+            if self.input_closed:           # all said (our Close) and nothing more to read: tear it down
+                pn_transport_close_tail(t)
             return DONE
         if self.framed and sock.pending():      # a WebSocket stream still holds bytes for the socket
             return BLOCKED
@@ -241,7 +246,14 @@ class Connection:
         if pn_connection_state(self.pn_conn) & PN_LOCAL_CLOSED:
             return b"the connection is closing"
         if self.role != "inter-router" and len(self.links) >= self.max_links:
-            return f"too many links on this connection (max_links {self.max_links})".encode()
+            self.refused_links += 1
+            why = f"too many links on this connection (max_links {self.max_links})".encode()
+            if self.refused_links > MAX_REFUSED_LINKS:      # a client that keeps on: a flood, not a bug
+                self.set_close_condition(b"amqp:resource-limit-exceeded",
+                                         why + f"; {MAX_REFUSED_LINKS} attaches refused: closing".encode())
+                pn_connection_close(self.pn_conn)
+                self.input_closed = True                    # read nothing more; the socket goes once written
+            return why
         if self.max_message_size < UNLIMITED and not pn_link_is_sender(link):
             pn_link_set_max_message_size(link, self.max_message_size)
         return None
@@ -251,6 +263,12 @@ class Connection:
         cond = pn_connection_condition(self.pn_conn)
         pn_condition_set_name(cond, name)
         pn_condition_set_description(cond, description)
+
+    def close_with(self, name: bytes, description: bytes) -> None:
+        """Close an open connection with this error (it goes when the peer's Close or EOF arrives, or
+        at the idle timeout)."""
+        self.set_close_condition(name, description)
+        pn_connection_close(self.pn_conn)
 
     def refuse(self, name: bytes, description: bytes) -> None:
         """Answer the peer's Open with a Close carrying this error: the connection ends there."""

@@ -83,6 +83,8 @@ class Engine:
         self.links: dict[object, Consumer | Producer | RouterLink] = {}  # pn_link_t* -> its record
         self.dirty: set[Connection] = set()            # connections with output to write
         self.dead: list[Connection] = []               # closed connections to tear down
+        # transports of connections torn down in the last pump -> their peers, for the events they left
+        self.recently_dead: dict[object, str] = {}
         self._conn_ids = 0                             # the last connection's management identity
         self._observer: Observer | None = None
         core.backlog = pn_link_queued
@@ -170,6 +172,7 @@ class Engine:
         for conn in dead:
             self.conns.pop(conn.pn_conn, None)
             self.dirty.discard(conn)
+            self.recently_dead[conn.pn_transport] = conn.peer
         return dead
 
     def close(self, conn: Connection) -> None:
@@ -184,6 +187,7 @@ class Engine:
             if conn.alive:
                 pn_transport_tick(conn.pn_transport, now_ms)
                 self.dirty.add(conn)
+        self.attach.failures.flush(now_ms / 1000)
 
     def end_of_input(self, conn: Connection) -> None:
         """The peer stopped sending (or sent something Proton could not decode): close our side."""
@@ -241,6 +245,8 @@ class Engine:
                 self._handler_failed(ev, t)
             pop(coll)
             ev = peek(coll)
+        if self.recently_dead:
+            self.recently_dead.clear()          # their events were handled in this pass
 
     def _handler_failed(self, ev: object, event_type: int) -> None:
         log.exception("internal error handling %s", ffi.string(pn_event_type_name(event_type)).decode())

@@ -71,14 +71,23 @@ from router.adapter.routerlinks import RouterLink
 from router.amqp.frames import refusal
 from router.forwarding.decisions import Refusal
 from router.forwarding.records import MODIFIED, Consumer, Producer
+from router.logs import LogEvery
 from router.policy.access import TRUSTED
 from router.policy.engine import Peer
 
 POLICY_ERROR = "amqp:connection:policy-error"
 
 UNAUTHORIZED = b"amqp:unauthorized-access"
+FAILURE_LOG_INTERVAL = 10.0     # seconds: one line per remote host and error about failed connections
 
 log = logging.getLogger(__name__)
+
+
+def _failure_line(key: object, count: int, detail: object) -> tuple:
+    (_host, name), (peer, desc) = key, detail
+    if count == 1:
+        return "connection from %s failed: %s %s", peer, name, desc
+    return "%d connections from %s failed: %s %s (the last from %s)", count, key[0], name, desc, peer
 
 class LinkEvents:
     """Connection, session and link lifecycle events of one engine."""
@@ -90,6 +99,7 @@ class LinkEvents:
         self.conns = engine.conns
         self.dirty = engine.dirty
         self.obs = None
+        self.failures = LogEvery(log, FAILURE_LOG_INTERVAL, _failure_line, logging.INFO)
 
     # ---- connections and sessions ----------------------------------------------------------------------
     def on_connection_open(self, ev: object) -> None:
@@ -165,15 +175,17 @@ class LinkEvents:
         pn_session_close(ssn)
 
     def on_transport_error(self, ev: object) -> None:
+        """A connection failed (framing, TLS, SASL...): logged once per remote host and error per interval,
+        with the count (a flood of failing connections makes a few lines, each naming the peer)."""
         t = pn_event_transport(ev)
         cond = pn_transport_condition(t)
         conn = self.conns.get(pn_transport_connection(t))
-        peer = conn.peer if conn is not None else "?"
+        peer = conn.peer if conn is not None else self.engine.recently_dead.get(t, "?")
         if pn_condition_is_set(cond):
             name = ffi.string(pn_condition_get_name(cond)).decode(errors="replace")
             d = pn_condition_get_description(cond)
             desc = ffi.string(d).decode(errors="replace") if d != ffi.NULL else ""
-            log.info("connection from %s failed: %s %s", peer, name, desc)
+            self.failures.note((peer.rsplit(":", 1)[0], name), self.core.now, (peer, desc))
             if conn is not None and name == POLICY_ERROR and "skipped" in desc:
                 self._say_sasl_required(conn)
         if conn is not None:

@@ -10,6 +10,9 @@ offer and whether a client's credentials are good. Three implementations are use
   list (PLAIN left out on a connection without TLS unless the listener allows it) and the check of
   the client's initial response. PLAIN is checked against a meshrouter users file (scrypt hashes) in
   a worker thread, so a ~50 ms hash never stalls the node; the outcome is posted when it is known.
+  Checks wait in one queue per remote host, served round robin, and a host that keeps failing waits
+  longer and longer before its next check (router.security.guessing): guessing costs the guesser,
+  not the other hosts. Failures are logged once per host per interval, with the count.
 - Cyrus SASL (Proton's default when it is built with it): PLAIN against a Cyrus sasldb (the system's
   SASL database, managed with ``saslpasswd2``). Cyrus reads one configuration per process, which
   :func:`configure_cyrus` writes before the first connection.
@@ -34,6 +37,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -41,6 +45,8 @@ import cffi
 import cproton_ffi
 from cproton_ffi import ffi as pffi
 
+from router.logs import LogEvery
+from router.security.guessing import CheckQueue
 from router.security.users import PasswordHash, UsersFile, UsersFileError, hash_password
 
 log = logging.getLogger(__name__)
@@ -87,7 +93,7 @@ if any(getattr(_DEFAULT, name) == _abi.NULL for name in _FIELDS):    # every ent
                       "(the version pyproject.toml pins)")
 SASL_POSTED_OUTCOME = 7            # enum pnx_sasl_state
 MECHANISMS = ("ANONYMOUS", "PLAIN", "EXTERNAL")
-MAX_PENDING = 32                   # PLAIN checks queued at once; more fail at once (a flood costs little)
+FAILURE_LOG_INTERVAL = 10.0        # seconds: one line per remote host per interval about its failures
 _ANONYMOUS = _abi.new("char[]", b"anonymous")      # lives as long as the process: Proton keeps the pointer
 
 _executor: ThreadPoolExecutor | None = None
@@ -142,8 +148,11 @@ class UsersFileSasl:
         self.loop = loop
         self.resolve = resolve
         self.wake = wake
-        self.pending = 0
-        self._overflow = 0
+        self.checks = CheckQueue()                 # PLAIN attempts waiting, per remote host
+        self.busy = False                          # a check is in the worker (one at a time)
+        self._timer: object = None                 # wakes the queue when a delayed host may go on
+        self._failures = LogEvery(log, FAILURE_LOG_INTERVAL, self._failure_line, logging.INFO)
+        self._flush_timer: object = None
         self._file_error: str | None = None
         self._offered: dict[tuple[bool, bool], object] = {}
         for encrypted in (False, True):
@@ -212,16 +221,44 @@ class UsersFileSasl:
         if conn is None:
             self._outcome(t, None)
             return
-        if self.pending >= MAX_PENDING:
-            self._overflow += 1
-            if self._overflow == 1:
-                log.warning("SASL PLAIN: %d checks already queued; failing new attempts until they drain",
-                            MAX_PENDING)
+        host = _host_of(conn.peer)
+        if not self.checks.add(host, (conn, user, parts[2]), time.monotonic()):
+            self._failed(host, user)                  # its queue is full: failed without a hash
             self._outcome(t, None)
             return
-        self.pending += 1
-        future = _worker().submit(self._verify, user, parts[2])
-        future.add_done_callback(lambda f: self._post(conn, user, f))
+        self._next_check()
+
+    def _next_check(self) -> None:
+        """Start the next check whose host may go now (round robin over hosts), or wake up when one may."""
+        self._timer = None
+        while not self.busy:
+            now = time.monotonic()
+            attempt, wake = self.checks.next_ready(now)
+            if attempt is None:
+                if wake is not None:
+                    self._timer = self.loop.call_later(max(0.0, wake - now), self._next_check)
+                return
+            conn, user, password = attempt
+            if conn.pn_transport is None or not conn.alive:
+                continue                              # gone while it waited: no hash for it
+            self.busy = True
+            future = _worker().submit(self._verify, user, password)
+            future.add_done_callback(lambda f, conn=conn, user=user: self._post(conn, user, f))
+
+    def _failed(self, host: str, user: str) -> None:
+        self._failures.note(host, time.monotonic(), user)
+        if self._flush_timer is None:
+            self._flush_timer = self.loop.call_later(FAILURE_LOG_INTERVAL, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_timer = None
+        self._failures.flush(time.monotonic())
+        if self._failures._keys:
+            self._flush_timer = self.loop.call_later(FAILURE_LOG_INTERVAL, self._flush)
+
+    def _failure_line(self, host: object, count: int, user: object) -> tuple:
+        return ("SASL PLAIN: authentication failed for user %r from %s (%d failure(s) from there since its "
+                "last line); its next check waits %.2g s", user, host, count, self.checks.delay(host))
 
     def _verify(self, user: str, password: bytes) -> bool:
         """Worker thread: re-read the users file if it changed, then check the password."""
@@ -246,14 +283,16 @@ class UsersFileSasl:
             pass
 
     def _done(self, conn: object, user: str, future: Future) -> None:
-        """Event loop: post the outcome, unless the connection went away meanwhile."""
-        self.pending -= 1
-        if self.pending == 0 and self._overflow:
-            log.info("SASL PLAIN: queue drained (%d attempts failed while it was full)", self._overflow)
-            self._overflow = 0
+        """Event loop: post the outcome, unless the connection went away meanwhile; start the next check."""
+        self.busy = False
         ok = not future.cancelled() and future.exception() is None and future.result()
         if future.exception() is not None:
             log.error("SASL PLAIN: checking %r failed: %s", user, future.exception())
+        host = _host_of(conn.peer)
+        self.checks.result(host, bool(ok), time.monotonic())
+        if not ok:
+            self._failed(host, user)
+        self._next_check()
         transport = getattr(conn, "pn_transport", None)
         if transport is None or not getattr(conn, "alive", False):
             return
@@ -263,9 +302,13 @@ class UsersFileSasl:
             _lib.pnx_sasl_set_context(t, buf)        # freed by Proton with the transport
             self._outcome(t, _abi.cast("char *", buf))
         else:
-            log.info("SASL PLAIN: authentication failed for user %r from %s", user, conn.peer)
             self._outcome(t, None)
         self.wake(conn)
+
+
+def _host_of(peer: str) -> str:
+    """The remote host of a connection's "host:port" peer (IPv6 hosts keep their colons)."""
+    return peer.rsplit(":", 1)[0]
 
 
 _dummy_hash: PasswordHash | None = None

@@ -41,6 +41,11 @@ DEFAULT_COST = 1
 #: Credit is granted through Proton as a C int.
 MAX_LINK_CAPACITY = 2**31 - 1
 UINT32_MAX = 2**32 - 1
+#: Listener limits by default: ~3.4 KB per session and ~2.5 KB per link (measured), so one connection
+#: holds at most ~3.5 MB of them, a full listener ~14 GB (a 2-core / 24 GB node survives it).
+MAX_SESSIONS = 256
+MAX_LINKS = 1000
+MAX_CONNECTIONS = 4096
 
 _cost = c.int_in(1, MAX_COST)
 _seconds = c.number_at_least(0, "seconds")
@@ -89,7 +94,10 @@ def _ws_path(value: object, path: str) -> str:
 
 @dataclass(frozen=True)
 class ListenerConfig:
-    """One listening socket, with its security settings and per-connection limits (None = no limit)."""
+    """One listening socket, with its security settings and per-connection limits (None = no limit).
+
+    The default limits bound what one connection and one listener can make the node hold (README,
+    "Security and limits": worst-case memory per connection)."""
 
     host: str = declare(c.host, "address to bind")
     port: int = declare(c.int_in(0, 65535), "0 picks a free port (printed on stdout)")
@@ -99,18 +107,18 @@ class ListenerConfig:
         section(ListenerTls), "TLS on this listener (plain AMQP is then refused there); the node prints "
                               "`amqps://`", None)
     sasl: ListenerSasl = declare(section(ListenerSasl), "SASL on this listener", ListenerSasl())
-    max_connections: int | None = declare(
-        c.int_in(1, 2**31 - 1), "more connections get a Close `amqp:resource-limit-exceeded`", None)
+    max_connections: int = declare(
+        c.int_in(1, 2**31 - 1), "more connections get a Close `amqp:resource-limit-exceeded`",
+        MAX_CONNECTIONS)
     max_frame_size: int = declare(c.int_in(512, UINT32_MAX), "max-frame-size of our Open", MAX_FRAME_SIZE)
     max_message_size: int | None = declare(
         c.int_in(1, 2**63 - 1), "bigger transfers are REJECTED `amqp:link:message-size-exceeded`; "
                                 "advertised on receiving links", None)
-    max_sessions: int | None = declare(
-        c.int_in(1, 65536), "sessions per connection (our Open's channel-max + 1)", None,
-        show="none (32768)")
-    max_links: int | None = declare(
+    max_sessions: int = declare(
+        c.int_in(1, 65536), "sessions per connection (our Open's channel-max + 1)", MAX_SESSIONS)
+    max_links: int = declare(
         c.int_in(1, 2**31 - 1), "client links per connection; more attaches are refused "
-                                "`amqp:resource-limit-exceeded`", None)
+                                "`amqp:resource-limit-exceeded`", MAX_LINKS)
     idle_timeout: float | None = declare(
         _seconds, "idle timeout of this listener's connections; 0 disables it", None,
         show="`node.idle_timeout`")

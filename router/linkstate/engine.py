@@ -70,6 +70,10 @@ class LinkStateEngine:
         self.instance = instance
         self.config = config or LinkStateConfig()
         self.counters: Counter[str] = Counter()
+        # links whose peer claims the id of a node alive elsewhere with another instance: everything on
+        # them is ignored, and the adapter closes them (take_impostors); bounded by the links
+        self._impostor_links: dict[LinkId, str] = {}
+        self._impostors_to_close: list[LinkId] = []
         self._neighbors = NeighborTable(node_id, instance, self.config)
         self._lsdb = LinkStateDb(node_id, self.config)
         self._topology = Topology(node_id)
@@ -118,6 +122,7 @@ class LinkStateEngine:
         """The link (or its connection) closed: routes change now, not after a timer."""
         out: list[Outgoing] = []
         self._warn.reset(("malformed", ("link", link_id)))
+        self._impostor_links.pop(link_id, None)
         for origin in [o for o, (_, link) in self._flood_parent.items() if link == link_id]:
             del self._flood_parent[origin]
         self._apply(self._neighbors.link_down(link_id), now, out)
@@ -189,6 +194,11 @@ class LinkStateEngine:
             return []
         if msg.id == self.node_id:
             self._own_id_seen(msg)
+            return []
+        if link_id in self._impostor_links:
+            self.counters["impostor_dropped"] += 1
+            return []
+        if (opcode == HELLO or (trace and trace[-1] == msg.id)) and self._impostor(msg, link_id):
             return []
         out: list[Outgoing] = []
         if not self._admit(msg, now, out, request_ls=opcode not in _CARRY_LS_SEQ):
@@ -418,6 +428,33 @@ class LinkStateEngine:
         elif created and request_ls:
             self._request_ls(node, 1, now, out)
         return True
+
+    def _impostor(self, msg: ControlMessage, link_id: LinkId) -> bool:
+        """The peer on `link_id` speaks for itself as node `msg.id`, with an instance other than the one of
+        node `msg.id` that is alive elsewhere (reachable through another neighbour, or a neighbour on
+        another link): an impostor (or a second process with the same id). Never a neighbour, never
+        routed to: its link is ignored from now on and closed by the adapter; logged once per id. A node
+        that really restarted lost its old links first, so it is not alive elsewhere any more (at most
+        one hello_max_age after, when it was reached through another node)."""
+        node = self._lsdb.nodes.get(msg.id)
+        if node is None or node.instance is None or node.instance == msg.instance:
+            return False
+        hop = self._routes.next_hop.get(msg.id)
+        if hop is None or (hop == msg.id and self._neighbors.link_of(msg.id) == link_id):
+            return False
+        self._impostor_links[link_id] = msg.id
+        self._impostors_to_close.append(link_id)
+        self.counters["impostor"] += 1
+        self._warn.once(("impostor", msg.id), logging.CRITICAL,
+                        "refusing a neighbour claiming to be node %s (instance %s): node %s is alive with "
+                        "instance %s; closing that inter-router connection", msg.id, msg.instance, msg.id,
+                        node.instance)
+        return True
+
+    def take_impostors(self) -> list[LinkId]:
+        """Links found to lead to an impostor since the last call: the adapter closes them."""
+        out, self._impostors_to_close = self._impostors_to_close, []
+        return out
 
     def _own_id_seen(self, msg: ControlMessage) -> None:
         if msg.instance == self.instance:

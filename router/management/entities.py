@@ -25,7 +25,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
-        "reloads", "lastReload", "handshakeTimeouts"),
+        "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -147,6 +147,7 @@ class NodeEntities:
             "reloads": server.last_reload.seq if server.last_reload is not None else 0,
             "lastReload": server.last_reload.as_map() if server.last_reload is not None else None,
             "handshakeTimeouts": server.handshake_timeouts,
+            "connectionsRefusedNoFd": server.fd_refused,
         }
 
     # ---- connections -------------------------------------------------------------------------------------

@@ -55,9 +55,11 @@ class MeshControl:
     """Runs the link-state engine of one node over its inter-router connections."""
 
     def __init__(self, node_id: str, timers: Mapping[str, float], send: Callable[[object, bytes], None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 close: Callable[[object], None] | None = None) -> None:
         self.ls = LinkStateEngine(node_id, int(time.time()), LinkStateConfig(**timers))
         self._send_bytes = send
+        self._close = close         # closes an inter-router connection (an impostor's)
         self._clock = clock
         self._bad = LogOnce(log)
         # something happened that the engine's timers would otherwise act on only at the next tick (a
@@ -83,6 +85,9 @@ class MeshControl:
             self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", exc)
             return
         self._send(out)
+        if self._close is not None:
+            for link in self.ls.take_impostors():
+                self._close(link)
 
     def heard(self, conn: object) -> None:
         """The inter-router connection `conn` delivered input: its peer is alive."""

@@ -13,8 +13,11 @@ through its methods (`add_local_connection`, `watch_address`, `consumers_of`, ..
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
+import os
+import resource
 import socket
 import time
 from collections.abc import Callable
@@ -37,6 +40,7 @@ from router.policy.engine import Policy
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
+FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about connections refused for want of fds
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,8 @@ class NodeServer:
         self.core = RouterCore(config.node_id, rules, config.link_capacity, policy=Policy(config.policy))
         self.core.tick(time.monotonic())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
-        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control)
+        self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control,
+                                close=self._close_impostor)
         self.engine.mesh = self.mesh
         self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
         # plugged in by router.launch: started after the listeners, stopped (in reverse) before the
@@ -100,6 +105,10 @@ class NodeServer:
         # connections closed for not completing header/TLS/SASL/Open within handshake_timeout
         self.handshake_timeouts = 0
         self._handshake_log = LogEvery(log, HANDSHAKE_LOG_INTERVAL, _handshake_line)
+        self._fd_log = LogEvery(log, FD_LOG_INTERVAL, _fd_line)
+        self.fd_limit = 0       # the process's limit on open files (raised to the hard limit at start)
+        self.fd_refused = 0     # connections refused because no file descriptor was left
+        self._spare_fd = -1     # held so that a connection can still be accepted (and closed) at the fd limit
         self.last_reload: object = None     # router.node.reconfigure.ReloadResult of the last reload
         self.config_data: object = None     # the YAML data `config` was built from (management edits it)
 
@@ -114,6 +123,8 @@ class NodeServer:
         """Bind every listener and start the timers. Raises OSError when a port is taken, ConfigError
         when a TLS or SASL setting cannot be put in force (before anything is bound)."""
         policies = self._policies()
+        self.fd_limit = _raise_fd_limit()
+        self._spare_fd = os.open(os.devnull, os.O_RDONLY)
         for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
             self.open_listener(lc, i, policy)
         self._tick()
@@ -202,6 +213,9 @@ class NodeServer:
             self.loop.remove_reader(sock.fileno())
             sock.close()
         self.listeners = []
+        if self._spare_fd >= 0:
+            os.close(self._spare_fd)
+            self._spare_fd = -1
         for connector in self.connectors:
             connector.stop()
         if self._mesh_handle is not None:
@@ -251,6 +265,8 @@ class NodeServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._refuse_without_fd(listener):
+                    continue
                 log.warning("accept failed: %s", exc)
                 return
             sock.setblocking(False)
@@ -265,6 +281,28 @@ class NodeServer:
             else:
                 listener.count += 1
                 self._counted[conn] = listener
+
+    def _refuse_without_fd(self, listener: Listener) -> bool:
+        """No file descriptor left: accept the waiting connection on the spare one and close it at once
+        (rather than leave it in the backlog and the listener readable, which spins the loop); counted,
+        logged once per interval. False if there is no spare descriptor to do it with."""
+        if self._spare_fd < 0:
+            return False
+        os.close(self._spare_fd)
+        self._spare_fd = -1
+        try:
+            sock, addr = listener.sock.accept()
+        except OSError:
+            sock = addr = None
+        if sock is not None:
+            sock.close()
+            self.fd_refused += 1
+            self._fd_log.note(listener.name, time.monotonic(), (addr[0], self.fd_limit, self.fd_refused))
+        try:
+            self._spare_fd = os.open(os.devnull, os.O_RDONLY)
+        except OSError:
+            pass                # taken meanwhile; tried again by the next refusal's caller
+        return sock is not None
 
     def _refuse(self, conn: Connection, listener: Listener) -> None:
         """Over max_connections: answer the client's Open with a Close saying so, drop it soon after."""
@@ -288,6 +326,14 @@ class NodeServer:
                                  (conn.peer, listener.config.handshake_timeout, listener.handshake_timeouts))
         self.engine.kill(conn)
         self._reap()
+
+    def _close_impostor(self, conn: Connection) -> None:
+        """The control plane found that this inter-router peer claims the id of a node alive elsewhere."""
+        if conn.alive:
+            conn.close_with(b"amqp:unauthorized-access",
+                            b"this node id belongs to another live node (its link-state instance differs)")
+            self.engine.dirty.add(conn)
+            self._schedule()
 
     def _drop(self, conn: Connection) -> None:
         if conn.alive:
@@ -442,6 +488,12 @@ class NodeServer:
         self.engine.tick(int(now * 1000))
         self._handshake_log.flush(now)
         self.trimmer.maybe_trim()
+        self._fd_log.flush(now)
+        if self._spare_fd < 0 and self.listeners:
+            try:
+                self._spare_fd = os.open(os.devnull, os.O_RDONLY)
+            except OSError:
+                pass
         self._schedule()
         timeout = self._shortest_idle_timeout()
         interval = min(1.0, timeout / 4) if timeout > 0 else 1.0
@@ -477,3 +529,21 @@ def _handshake_line(listener: object, count: int, detail: object) -> tuple:
     return ("listener %s: closed %d connection(s) that did not complete the protocol header, TLS, SASL and "
             "Open within handshake_timeout (%g s), the last from %s (%d in all)",
             listener, count, timeout, peer, total)
+
+
+def _fd_line(listener: object, count: int, detail: object) -> tuple:
+    host, limit, total = detail
+    return ("listener %s: refused %d connection(s) for want of a file descriptor (the process's limit is "
+            "%s), the last from %s (%d in all)", listener, count, limit, host, total)
+
+
+def _raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard one (each connection takes one); returns it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft

@@ -2,6 +2,7 @@
 
 - ``users``: the hashed users file that SASL PLAIN checks (``meshrouter passwd FILE USER`` writes it);
   pure Python, used by config validation too.
+- ``guessing``: per-remote-host tracking of failed logins and fair queueing of password checks.
 - ``files``: config-time checks of certificate, key and CA files (Python's ``ssl`` module).
 
 What Proton does with them (TLS domains, the SASL plugin, each listener's and connector's connection

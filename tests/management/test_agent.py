@@ -171,7 +171,8 @@ def test_bad_requests_answered_and_agent_keeps_working(node_factory):
 def test_binary_map_keys_are_answered_and_malformed_encodings_rejected(node_factory):
     """Issue 20: a request whose body map has binary keys is valid AMQP and gets its answer (Proton
     decoded those keys as unhashable memoryviews and the agent rejected the request). A request the
-    agent cannot decode is still REJECTED: here bytes after the body, which Proton silently ignored."""
+    agent cannot decode is still REJECTED: here bytes after the body, which Proton silently ignored (the
+    node rejects those itself now)."""
     n = node_factory("A")
     c = Client(n.url)
     m = Requester(c)
@@ -180,8 +181,8 @@ def test_binary_map_keys_are_answered_and_malformed_encodings_rejected(node_fact
     assert (status, body["attributeNames"], body["results"]) == (200, ["id"], [["A"]])
     request = make_message({"attributeNames": ["id"]}, address="$management", reply_to=m.reply_to,
                            correlation_id="trailing", properties={"operation": "QUERY", "type": "node"})
-    # REJECTED by the node at ingress (bytes after the body: sections out of order, issue 17) before
-    # the agent, which would reject it too
+    # bytes after the last section: REJECTED amqp:decode-error by the node itself, before the agent
+    # (issue 17: a client's message must end with a section in AMQP order)
     assert m.request(None, raw=bytes(request.encode()) + b"\xff\xff")[0] == "REJECTED"
     assert not any(r.message is not None and r.message.correlation_id == "trailing"
                    for r in m.replies.received)

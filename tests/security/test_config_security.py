@@ -47,7 +47,10 @@ def test_defaults_keep_a_plain_listener_as_before():
     assert lc == ListenerConfig("127.0.0.1", 0)
     assert lc.tls is None and lc.sasl == ListenerSasl(("ANONYMOUS",))
     assert lc.max_frame_size == 16384 and lc.idle_timeout is None
-    assert lc.max_connections is lc.max_message_size is lc.max_sessions is lc.max_links is None
+    assert lc.max_message_size is None
+    # bounded by default (issue 17): what one connection and one listener can make the node hold
+    assert (lc.max_connections, lc.max_sessions, lc.max_links) == (4096, 256, 1000)
+    assert lc.handshake_timeout == 10.0
 
 
 def test_full_listener_and_connector(pki, users_file):
