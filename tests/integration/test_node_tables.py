@@ -53,7 +53,7 @@ def test_state_line_carries_counts_not_tables(node):
     attach_receivers(node.url, [f"balanced/size/{i}" for i in range(5000)])
     line = _state_line(node, lambda st: st["addresses"] == 5000)
     st = json.loads(line.split(" state ", 1)[1])
-    assert (st["links"], st["consumers"], st["connections"]) == (5000, 5000, 1)
+    assert (st["links"], st["consumers"], st["connections"]) == (5000, 5000, 5)   # 1,000 links each
     assert len(line) < 2000, f"state line of {len(line)} bytes"
 
 

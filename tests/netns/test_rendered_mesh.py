@@ -52,7 +52,8 @@ def test_a_rendered_mesh_on_four_hosts_carries_rpc(netlab, tmp_path):
         [f"{h}.yaml" for h in HOSTS] + [f"meshrouter-{h}.service" for h in HOSTS])
     unit = (out / "meshrouter-B.service").read_text()
     for line in ("ExecStart=/usr/bin/meshrouter run /etc/meshrouter/B.yaml", "Restart=on-failure",
-                 "ExecReload=/bin/kill -HUP $MAINPID", "LimitNOFILE=65536", "After=network-online.target"):
+                 "ExecReload=/bin/kill -HUP $MAINPID", "After=network-online.target",
+                 "LimitNOFILE=8448"):                 # 256 + two listeners of max_connections 4096
         assert line in unit.splitlines(), line
 
     nodes = {}

@@ -1,4 +1,4 @@
-"""Many links at once: receivers on unique addresses attached over one raw connection in one burst.
+"""Many links at once: receivers on unique addresses attached over raw connections in one burst.
 
 A Proton client attaches one link per round trip; :func:`attach_receivers` writes every ATTACH frame in
 one go (as a storm of clients would) and waits for the node's answers, so a test can put thousands of
@@ -28,38 +28,46 @@ from tests.support.raw_amqp import (
 from tests.support.waiting import DEFAULT_TIMEOUT, WaitTimeout
 
 PER_SESSION = 1000
+PER_CONNECTION = 1000       # a listener's default max_links (issue 17): a storm comes over many connections
 
 
 def attach_receivers(url: str, addresses: Sequence[str], timeout: float = 60.0,
-                     per_session: int = PER_SESSION) -> RawConn:
-    """Open one raw connection, attach a receiver on each of ``addresses`` (``per_session`` links per
-    session) and wait until the node has answered every ATTACH. The connection stays open (closed by
+                     per_session: int = PER_SESSION, per_connection: int = PER_CONNECTION) -> list[RawConn]:
+    """Attach a receiver on each of ``addresses``: ``per_connection`` links per raw connection (the
+    default limit of a listener), ``per_session`` per session, every ATTACH written before any answer is
+    read; wait until the node has answered all of them. The connections stay open (closed by
     :func:`tests.support.waiting.close_all`)."""
-    raw = RawConn(url)
-    raw.open(container_id="bulk-receivers")
-    sessions = (len(addresses) + per_session - 1) // per_session
-    for channel in range(sessions):
-        raw.begin(channel, handle_max=per_session)
-    frames = []
-    for i, address in enumerate(addresses):
-        channel, handle = divmod(i, per_session)
-        fields = [f"bulk-{i}", uint(handle), True, None, None, described(SOURCE, [address]),
-                  described(TARGET, [None])]
-        frames.append(encode_frame(encode_performative(ATTACH, fields), channel))
-    raw.send_bytes(b"".join(frames))
+    conns = []
+    for start in range(0, len(addresses), per_connection):
+        chunk = addresses[start:start + per_connection]
+        raw = RawConn(url)
+        raw.open(container_id=f"bulk-receivers-{start}")
+        sessions = (len(chunk) + per_session - 1) // per_session
+        for channel in range(sessions):
+            raw.begin(channel, handle_max=per_session)
+        frames = []
+        for i, address in enumerate(chunk):
+            channel, handle = divmod(i, per_session)
+            fields = [f"bulk-{start + i}", uint(handle), True, None, None, described(SOURCE, [address]),
+                      described(TARGET, [None])]
+            frames.append(encode_frame(encode_performative(ATTACH, fields), channel))
+        raw.send_bytes(b"".join(frames))
+        conns.append((raw, len(chunk)))
     deadline = time.monotonic() + timeout
-    answered = 0
-    while answered < len(addresses):
-        if time.monotonic() > deadline:
-            raise WaitTimeout(f"{answered}/{len(addresses)} attaches answered within {timeout:.0f}s")
-        frame = raw.read_frame(min(DEFAULT_TIMEOUT, deadline - time.monotonic()))
-        if frame is None:
-            raise AssertionError(f"node closed the bulk connection after {answered} attaches: "
-                                 f"{raw.frames[-3:]}")
-        if frame.code == ATTACH:
-            answered += 1
-    raw.frames.clear()
-    return raw
+    for raw, expected in conns:
+        answered = 0
+        while answered < expected:
+            if time.monotonic() > deadline:
+                raise WaitTimeout(f"{answered}/{expected} attaches of one connection answered within "
+                                  f"{timeout:.0f}s")
+            frame = raw.read_frame(min(DEFAULT_TIMEOUT, deadline - time.monotonic()))
+            if frame is None:
+                raise AssertionError(f"node closed a bulk connection after {answered} attaches: "
+                                     f"{raw.frames[-3:]}")
+            if frame.code == ATTACH:
+                answered += 1
+        raw.frames.clear()
+    return [raw for raw, _ in conns]
 
 
 def open_idle_connections(url: str, count: int) -> list[socket.socket]:
