@@ -66,9 +66,13 @@ def mesh_nodes(client: ManagementClient) -> tuple[str, list[str], list[str]]:
     return self_id, reachable, unreachable
 
 
-def read_view(client: ManagementClient, view: View, node: str | None) -> Entities:
-    """Every entity of the view's type on ``node`` (None: the connected node), all attributes."""
-    return client.query_dicts(view.entity_type, node=node)
+def read_view(client: ManagementClient, view: View, node: str | None, everything: bool = True) -> Entities:
+    """Every entity of the view's type on ``node`` (None: the connected node): all attributes, or
+    (``everything=False``, for a table) the view's ``attributes`` (a router-node row's mobileAddresses
+    lists every address of that node: 100,000 of them would not fit in one answer)."""
+    if everything or view.attributes is None:
+        return client.query_dicts(view.entity_type, node=node)
+    return client.query_dicts(view.entity_type, list(view.attributes), node=node)
 
 
 def _id_of(client: ManagementClient, view: View, rows: Entities) -> str:
@@ -121,7 +125,7 @@ def run(args: argparse.Namespace, output: Output | None = None) -> int:
             for known_id, node in targets:
                 where = f"node {known_id}" if known_id else args.bus
                 try:
-                    rows = read_view(client, view, node)
+                    rows = read_view(client, view, node, everything=args.json)
                     node_id = known_id or _id_of(client, view, rows)
                 except ManagementError as exc:
                     output.error(f"{where}: {view.entity_type}: {exc.status_code} {exc.description}")

@@ -97,6 +97,8 @@ class View:
     columns: tuple[Column, ...]
     sort_by: tuple[str, ...] = ("identity",)
     key_value: bool = False          # one entity as (attribute, value) rows, like ``qdstat -g``
+    # the attributes a table asks for (None: all); --json always asks for all
+    attributes: tuple[str, ...] | None = None
 
 
 def _n(header: str, attr: str) -> Column:
@@ -182,7 +184,8 @@ NODES = View("n", "router-node", "Nodes", (
     _s("reachable", "reachable"),
     _s("link state", "linkState"),
     _s("valid origins", "validOrigins"),
-))
+), attributes=("identity", "reachable", "neighbour", "nextHop", "cost", "linkState", "validOrigins",
+               "instance", "lsSeq", "mobileSeq", "addrCount"))   # not mobileAddresses: every address
 
 VIEWS: dict[str, View] = {v.option: v for v in (GENERAL, CONNECTIONS, LINKS, ADDRESSES, NODES)}
 

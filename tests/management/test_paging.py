@@ -17,7 +17,9 @@ import pytest
 from tests.support.bulk import attach_receivers
 from tests.support.clients import Client
 from tests.support.management import Requester
+from tests.support.meshes import build
 from tests.support.stat_mesh import stat_args
+from tests.support.waiting import wait_until
 
 LINKS = 5000
 
@@ -79,3 +81,22 @@ def test_bad_paging_properties_are_400(node, props):
     m = Requester(Client(node.url))
     status, description, _ = m.request({"operation": "QUERY", "type": "link", **props})
     assert status == 400 and ("offset" in description or "count" in description), (status, description)
+
+
+def test_stat_nodes_with_70000_remote_addresses(node_factory):
+    """A router-node row lists every address of its node: with 70,000 on B, A's whole row cannot fit in one
+    answer (413, said so), and `stat -n` asks only for the columns it shows, so it still works."""
+    nodes = build(node_factory, ["A", "B"], [("B", "A", 1)], idle_timeout=0)
+    attach_receivers(nodes["B"].url, [f"balanced/far/{i}" for i in range(70000)], timeout=120)
+    m = Requester(Client(nodes["A"].url))
+
+    def a_knows_them() -> bool:
+        status, _, body = m.request({"operation": "QUERY", "type": "router-node"},
+                                    {"attributeNames": ["identity", "addrCount"]})
+        return status == 200 and body["results"] == [["B", 70000]]
+
+    wait_until(a_knows_them, 60, "A knowing B's 70,000 addresses")
+    status, description, _ = m.request({"operation": "QUERY", "type": "router-node"})
+    assert status == 413 and "'offset' and 'count'" in description, (status, description)
+    out = _stat("-n", "-b", nodes["A"].url).stdout
+    assert re.search(r"^B\s+-\s+1\s+yes\s+yes", out, re.M), out

@@ -200,3 +200,12 @@ def test_simple_table_draws_what_tabulate_draws():
                 for _ in range(rng.randint(1, 8))]
         assert simple_table(body, headers, colalign) == tabulate(
             body, headers=headers, tablefmt="simple", colalign=colalign, disable_numparse=True)
+
+
+def test_a_view_asks_for_every_attribute_it_shows():
+    from router.management.entities import ATTRIBUTES
+
+    for view in VIEWS.values():
+        if view.attributes is not None:
+            assert set(view.attributes) <= set(ATTRIBUTES[view.entity_type])
+            assert {c.attr for c in view.columns} | set(view.sort_by) <= set(view.attributes)
