@@ -40,6 +40,7 @@ class Topology:
     host: str = DEFAULT_HOST
     settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
     source: str = "<memory>"
+    tls: bool = False       # inter-router links over mutual TLS + SASL EXTERNAL (``mesh up`` makes the PKI)
 
     @property
     def node_ids(self) -> list[str]:
