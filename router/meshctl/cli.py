@@ -39,6 +39,9 @@ def add_parser(commands_: argparse._SubParsersAction) -> None:
             p.add_argument("--timeout", type=positive_seconds, default=commands.DEFAULT_TIMEOUT, metavar="S",
                            help=f"give up (exit 1) if not converged after S seconds "
                                 f"(default {commands.DEFAULT_TIMEOUT:g})")
+            p.add_argument("--tls", action="store_true",
+                           help="make a private CA and a certificate per node (in DIR/pki, with the openssl "
+                                "command) and run every inter-router link over mutual TLS with SASL EXTERNAL")
         if name == "run":
             p.add_argument("--demo", metavar="SERVER:CALLER",
                            help="after start-up, make a few RPC calls from node CALLER to an echo server "
@@ -119,12 +122,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         return commands.EXIT_USAGE
     try:
         if action == "up":
-            return commands.up(ctx, args.timeout)
+            return commands.up(ctx, args.timeout, args.tls)
         if action == "run":
             demo = _demo_nodes(ctx, args.demo) if args.demo else None
             if args.demo and demo is None:
                 return commands.EXIT_USAGE
-            return commands.run(ctx, args.timeout, demo)
+            return commands.run(ctx, args.timeout, demo, args.tls)
         if action == "status":
             return commands.status(ctx, args.json)
         return commands.down(ctx)

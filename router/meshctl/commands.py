@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from router.meshctl import procs
 from router.meshctl.model import Topology
 from router.meshctl.nodeconfig import write_node_configs
+from router.meshctl.pki import PkiError, make_mesh_pki
 from router.meshctl.probe import StateReader, read_states
 from router.meshctl.progress import Progress
 from router.meshctl.rundir import RunDir
@@ -138,8 +139,10 @@ def _timeout_report(topology: Topology, timeout: float, ready_at: Mapping[str, f
     return "\n".join(lines)
 
 
-def up(ctx: Context, timeout: float = DEFAULT_TIMEOUT) -> int:
-    """Start the mesh and wait until it has converged (exit 0, nodes left running) or fail (exit 1)."""
+def up(ctx: Context, timeout: float = DEFAULT_TIMEOUT, tls: bool = False) -> int:
+    """Start the mesh and wait until it has converged (exit 0, nodes left running) or fail (exit 1).
+    `tls`: a private CA and per-node certificates in the run directory; inter-router links over mutual
+    TLS with SASL EXTERNAL (router.meshctl.pki)."""
     topology, run_dir = ctx.topology, ctx.run_dir
     running = running_nodes(run_dir)
     if running:
@@ -158,7 +161,14 @@ def up(ctx: Context, timeout: float = DEFAULT_TIMEOUT) -> int:
     if busy:
         ctx.error(f"cannot start mesh {topology.name}: {'; '.join(busy)}")
         return EXIT_FAILURE
-    configs = write_node_configs(topology, run_dir.path)
+    pki = None
+    if tls or topology.tls:
+        try:
+            pki = make_mesh_pki(run_dir.path / "pki", topology.node_ids)
+        except PkiError as exc:
+            ctx.error(f"cannot start mesh {topology.name}: {exc}")
+            return EXIT_FAILURE
+    configs = write_node_configs(topology, run_dir.path, pki)
     children: dict[str, subprocess.Popen[bytes]] = {}
     started = time.monotonic()
     try:
@@ -273,11 +283,12 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def run(ctx: Context, timeout: float = DEFAULT_TIMEOUT, demo: tuple[str, str] | None = None) -> int:
+def run(ctx: Context, timeout: float = DEFAULT_TIMEOUT, demo: tuple[str, str] | None = None,
+        tls: bool = False) -> int:
     """``up``, optionally an RPC demo (server node, caller node), then keep the mesh until Ctrl-C (or
     SIGTERM), then ``down``. A failed demo stops the mesh and exits 1. Ctrl-C at any moment after ``up``
     (during the demo too) stops the mesh."""
-    code = up(ctx, timeout)
+    code = up(ctx, timeout, tls)
     if code != EXIT_OK:
         return code
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -21,7 +21,7 @@ from router.config.yamlfile import load_yaml
 from router.meshctl.model import DEFAULT_HOST, Edge, NodeSpec, Topology
 from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_config
 
-ROOT_KEYS = ("name", "host", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
+ROOT_KEYS = ("name", "host", "tls", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
 NODE_KEYS = ("client_port", "inter_router_port", "host")
 EDGE_KEYS = ("from", "to", "cost")
 
@@ -193,7 +193,10 @@ def _build(data: object, source: str) -> Topology:
     edges = _edges(root.get("edges") or [], {n.node_id: n for n in nodes})
     _check_connected(nodes, edges)
     settings = {k: root[k] for k in (*NODE_SETTINGS, *SHARED_SECTIONS) if root.get(k) is not None}
-    return Topology(name, tuple(nodes), tuple(edges), host, settings, source)
+    tls = root.get("tls", False)
+    if not isinstance(tls, bool):
+        raise wrong_type(tls, "a boolean", "tls")
+    return Topology(name, tuple(nodes), tuple(edges), host, settings, source, tls)
 
 
 def _check_node_configs(topology: Topology) -> None:
