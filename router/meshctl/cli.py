@@ -72,10 +72,14 @@ def _add_render(sub: argparse._SubParsersAction) -> None:
                                                                f"(default {render.DEFAULT_USER})")
     p.add_argument("--bind", metavar="ADDRESS", default=None,
                    help="listen on ADDRESS (e.g. 0.0.0.0) instead of each node's host name")
+    p.add_argument("--tls", action="store_true",
+                   help="inter-router links over mutual TLS + SASL EXTERNAL with a private CA made in "
+                        "DIR/pki (as mesh up --tls; also with tls: true in the topology)")
     p.set_defaults(func=_render)
 
 
 def _render(args: argparse.Namespace) -> int:
+    from router.meshctl.pki import PkiError
     from router.meshctl.render import RenderOptions, render
 
     try:
@@ -83,9 +87,12 @@ def _render(args: argparse.Namespace) -> int:
     except TopologyError as err:
         print(f"meshrouter: error: {err}", file=sys.stderr, flush=True)
         return commands.EXIT_USAGE
-    options = RenderOptions(args.config_dir, args.exec_path, args.user, args.bind)
+    options = RenderOptions(args.config_dir, args.exec_path, args.user, args.bind, args.tls)
     try:
         written = render(topology, Path(args.out), options)
+    except PkiError as exc:
+        print(f"meshrouter: error: {exc}", file=sys.stderr)
+        return commands.EXIT_FAILURE
     except OSError as exc:
         print(f"meshrouter: error: {exc.filename or args.out}: {exc.strerror or exc}", file=sys.stderr)
         return commands.EXIT_FAILURE

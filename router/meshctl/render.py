@@ -4,7 +4,10 @@ Per node: ``<id>.yaml``, its config (listeners on its own host, a connector to e
 peer's host name, the topology's shared sections: TLS, SASL, policy, rules...), and
 ``meshrouter-<id>.service``, a systemd unit that runs it (restart on failure, ``LimitNOFILE`` sized for
 its connection limits, ``systemctl reload`` = SIGHUP = re-read the config, router.node.reconfigure).
-The same checks as ``mesh up`` apply: the configs are valid node configs.
+The same checks as ``mesh up`` apply: the configs are valid node configs. With TLS (``--tls`` or
+``tls: true`` in the topology) a private CA and per-node certificates are made in ``DIR/pki`` as for
+``mesh up --tls``; each host needs ``pki/ca.pem`` and its own ``pki/<id>.pem`` and ``.key`` in the config
+directory (never ``ca.key``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import yaml
 from router.config import parse_config
 from router.meshctl.model import Topology
 from router.meshctl.nodeconfig import node_config
+from router.meshctl.pki import MeshPki, NodeCert, make_mesh_pki
 
 DEFAULT_CONFIG_DIR = "/etc/meshrouter"
 DEFAULT_EXEC = "/opt/meshrouter/.venv/bin/meshrouter"
@@ -34,15 +38,25 @@ class RenderOptions:
     exec_path: str = DEFAULT_EXEC
     user: str = DEFAULT_USER
     bind: str | None = None         # listen on this address instead of the node's host name
+    tls: bool = False               # inter-router links over mutual TLS (as `mesh up --tls`)
 
 
 def render(topology: Topology, out: Path, options: RenderOptions = RenderOptions()) -> list[Path]:
-    """Write every node's config and unit into `out`; return the paths written."""
+    """Write every node's config and unit into `out` (and with TLS the mesh's CA and each node's
+    certificate and key in `out/pki`); return the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    local = target = None
+    if options.tls or topology.tls:
+        local = make_mesh_pki(out / "pki", topology.node_ids)
+        where = f"{options.config_dir}/pki"
+        target = MeshPki(f"{where}/ca.pem", {n: NodeCert(f"{where}/{n}.pem", f"{where}/{n}.key")
+                                             for n in topology.node_ids})
     for node_id in topology.node_ids:
-        data = node_config(topology, node_id, bind=options.bind)
-        config = parse_config(data, f"{topology.source} (node {node_id})")
+        # checked with the certificates where they are now, written with where they will be
+        data = node_config(topology, node_id, target, bind=options.bind)
+        config = parse_config(node_config(topology, node_id, local, bind=options.bind),
+                              f"{topology.source} (node {node_id})")
         header = (f"# node {node_id} of mesh {topology.name!r} on {topology.host_of(node_id)}, rendered by "
                   f"'meshrouter mesh render' from {topology.source}\n"
                   f"# install as {options.config_dir}/{node_id}.yaml; apply a change with "

@@ -1,6 +1,7 @@
-"""A mesh deployed from `meshrouter mesh render` (issue 20, point 5): four hosts, as four network
+"""A mesh deployed from `meshrouter mesh render --tls` (issue 20, point 5): four hosts, as four network
 namespaces on one LAN with host names (/etc/hosts of each namespace), each running the config rendered
-for it; RPC from a caller on D to a server on A crosses the mesh.
+for it, inter-router links over mutual TLS with the mesh's own CA; RPC from a caller on D to a server on
+A crosses the mesh.
 
 Needs network namespaces (root); skipped, saying why, without them.
 """
@@ -45,13 +46,14 @@ def test_a_rendered_mesh_on_four_hosts_carries_rpc(netlab, tmp_path):
     topo, out = tmp_path / "rendered.yaml", tmp_path / "out"
     _topology(topo)
     r = subprocess.run([sys.executable, "-m", "router", "mesh", "render", str(topo), "--out", str(out),
-                        "--bind", "0.0.0.0", "--exec", "/usr/bin/meshrouter"],
+                        "--bind", "0.0.0.0", "--exec", "/usr/bin/meshrouter", "--config-dir", str(out),
+                        "--tls"],
                        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [f"{h}.yaml" for h in HOSTS] + [f"meshrouter-{h}.service" for h in HOSTS])
+        [f"{h}.yaml" for h in HOSTS] + [f"meshrouter-{h}.service" for h in HOSTS] + ["pki"])
     unit = (out / "meshrouter-B.service").read_text()
-    for line in ("ExecStart=/usr/bin/meshrouter run /etc/meshrouter/B.yaml", "Restart=on-failure",
+    for line in (f"ExecStart=/usr/bin/meshrouter run {out}/B.yaml", "Restart=on-failure",
                  "ExecReload=/bin/kill -HUP $MAINPID", "After=network-online.target",
                  "LimitNOFILE=8448"):                 # 256 + two listeners of max_connections 4096
         assert line in unit.splitlines(), line
@@ -61,6 +63,9 @@ def test_a_rendered_mesh_on_four_hosts_carries_rpc(netlab, tmp_path):
         cfg = yaml.safe_load((out / f"{h}.yaml").read_text())
         dialled = sorted(c["host"] for c in cfg.get("connectors", []))
         assert dialled == [f"{p.lower()}.mesh.test" for p in HOSTS[:HOSTS.index(h)]], dialled
+        # inter-router links: mutual TLS and EXTERNAL with the mesh's own CA, the peer checked by name
+        assert all(c["tls"]["ca"] == f"{out}/pki/ca.pem" and c["sasl"]["mechanisms"] == ["EXTERNAL"]
+                   for c in cfg.get("connectors", []))
         node = netlab.start_config(h, cfg)
         node.url = f"amqp://{netlab.client_ip[h]}:5672"     # from here, through the host's other interface
         nodes[h] = node
