@@ -57,7 +57,9 @@ class MeshControl:
     def __init__(self, node_id: str, timers: Mapping[str, float], send: Callable[[object, bytes], None],
                  clock: Callable[[], float] = time.monotonic,
                  close: Callable[[object], None] | None = None) -> None:
-        self.ls = LinkStateEngine(node_id, int(time.time()), LinkStateConfig(**timers))
+        # the link-state instance: the start time in microseconds, so that two processes started in the
+        # same second (a restart, or an impostor) still differ; later starts have larger instances
+        self.ls = LinkStateEngine(node_id, time.time_ns() // 1000, LinkStateConfig(**timers))
         self._send_bytes = send
         self._close = close         # closes an inter-router connection (an impostor's)
         self._clock = clock
