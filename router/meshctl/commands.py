@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from router.meshctl import procs
 from router.meshctl.model import Topology
 from router.meshctl.nodeconfig import write_node_configs
-from router.meshctl.pki import PkiError, make_mesh_pki
+from router.meshctl.pki import PkiError, mesh_pki
 from router.meshctl.probe import StateReader, read_states
 from router.meshctl.progress import Progress
 from router.meshctl.rundir import RunDir
@@ -161,13 +161,11 @@ def up(ctx: Context, timeout: float = DEFAULT_TIMEOUT, tls: bool = False) -> int
     if busy:
         ctx.error(f"cannot start mesh {topology.name}: {'; '.join(busy)}")
         return EXIT_FAILURE
-    pki = None
-    if tls or topology.tls:
-        try:
-            pki = make_mesh_pki(run_dir.path / "pki", topology.node_ids)
-        except PkiError as exc:
-            ctx.error(f"cannot start mesh {topology.name}: {exc}")
-            return EXIT_FAILURE
+    try:
+        pki = mesh_pki(topology, run_dir.path / "pki", tls)
+    except PkiError as exc:
+        ctx.error(f"cannot start mesh {topology.name}: {exc}")
+        return EXIT_FAILURE
     configs = write_node_configs(topology, run_dir.path, pki)
     children: dict[str, subprocess.Popen[bytes]] = {}
     started = time.monotonic()

@@ -41,7 +41,9 @@ class Topology:
     host: str = DEFAULT_HOST
     settings: Mapping[str, Any] = field(default_factory=dict, hash=False)
     source: str = "<memory>"
-    tls: bool = False       # inter-router links over mutual TLS + SASL EXTERNAL (``mesh up`` makes the PKI)
+    # inter-router links over mutual TLS + SASL EXTERNAL: True (``mesh up`` makes the PKI) or the
+    # operator's own certificates (router.meshctl.pki.MeshPki)
+    tls: Any = False
 
     def host_of(self, node_id: str) -> str:
         """Where node `node_id` listens and is dialled."""

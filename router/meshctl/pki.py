@@ -66,3 +66,14 @@ def make_mesh_pki(directory: Path, node_ids: list[str] | tuple[str, ...]) -> Mes
     for key in directory.glob("*.key"):
         os.chmod(key, 0o600)
     return MeshPki(str(directory / "ca.pem"), nodes)
+
+
+def mesh_pki(topology: object, directory: Path, force: bool = False) -> MeshPki | None:
+    """The PKI of a mesh's inter-router links: the topology's own certificates (``tls: {ca, cert,
+    key}``), or made in `directory` (``tls: true`` or `force`: ``--tls``), or None (no TLS)."""
+    tls = getattr(topology, "tls", False)
+    if isinstance(tls, MeshPki):
+        return tls
+    if tls or force:
+        return make_mesh_pki(directory, topology.node_ids)
+    return None

@@ -21,7 +21,7 @@ import yaml
 from router.config import parse_config
 from router.meshctl.model import Topology
 from router.meshctl.nodeconfig import node_config
-from router.meshctl.pki import MeshPki, NodeCert, make_mesh_pki
+from router.meshctl.pki import MeshPki, NodeCert, mesh_pki
 
 DEFAULT_CONFIG_DIR = "/etc/meshrouter"
 DEFAULT_EXEC = "/opt/meshrouter/.venv/bin/meshrouter"
@@ -46,9 +46,11 @@ def render(topology: Topology, out: Path, options: RenderOptions = RenderOptions
     certificate and key in `out/pki`); return the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    local = target = None
-    if options.tls or topology.tls:
-        local = make_mesh_pki(out / "pki", topology.node_ids)
+    local = mesh_pki(topology, out / "pki", options.tls)
+    target = None
+    if local is not None:           # each host gets them in its config directory
+        if topology.tls is local:   # the operator's own: copied into DIR/pki as the made ones are
+            _copy_pki(local, out / "pki")
         where = f"{options.config_dir}/pki"
         target = MeshPki(f"{where}/ca.pem", {n: NodeCert(f"{where}/{n}.pem", f"{where}/{n}.key")
                                              for n in topology.node_ids})
@@ -106,3 +108,15 @@ LimitNOFILE={open_files_limit(max_connections)}
 [Install]
 WantedBy=multi-user.target
 """
+
+
+def _copy_pki(pki: MeshPki, directory: Path) -> None:
+    """The operator's CA certificate and node certificates and keys, as DIR/pki/{ca,<id>}.pem / .key."""
+    import shutil
+
+    directory.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pki.ca, directory / "ca.pem")
+    for node_id, cert in pki.nodes.items():
+        shutil.copyfile(cert.cert, directory / f"{node_id}.pem")
+        shutil.copyfile(cert.key, directory / f"{node_id}.key")
+        (directory / f"{node_id}.key").chmod(0o600)

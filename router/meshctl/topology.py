@@ -20,6 +20,7 @@ from router.config import DEFAULT_COST, MAX_COST, ConfigError, Invalid, parse_co
 from router.config.yamlfile import load_yaml
 from router.meshctl.model import DEFAULT_HOST, Edge, NodeSpec, Topology
 from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_config
+from router.meshctl.pki import MeshPki, NodeCert
 
 ROOT_KEYS = ("name", "host", "tls", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
 NODE_KEYS = ("client_port", "inter_router_port", "host")
@@ -193,10 +194,35 @@ def _build(data: object, source: str) -> Topology:
     edges = _edges(root.get("edges") or [], {n.node_id: n for n in nodes})
     _check_connected(nodes, edges)
     settings = {k: root[k] for k in (*NODE_SETTINGS, *SHARED_SECTIONS) if root.get(k) is not None}
-    tls = root.get("tls", False)
-    if not isinstance(tls, bool):
-        raise wrong_type(tls, "a boolean", "tls")
+    tls = _tls(root.get("tls", False), source, [n.node_id for n in nodes])
     return Topology(name, tuple(nodes), tuple(edges), host, settings, source, tls)
+
+
+def _tls(value: object, source: str, node_ids: list[str]) -> bool | MeshPki:
+    """``tls: true`` (``mesh up`` makes a CA and the certificates) or the operator's own: ``{ca: FILE,
+    cert: PATTERN, key: PATTERN}``, where ``{node}`` in a pattern is the node id (each certificate must
+    name its node, as connectors check it); paths are relative to the topology file."""
+    if isinstance(value, bool):
+        return value
+    entry = _mapping(value, "tls", ("ca", "cert", "key"))
+    base = Path(source).parent if source != "<memory>" else Path(".")
+    for key in ("ca", "cert", "key"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            raise Invalid(f"tls.{key}", "missing required key (a path)" if key not in entry else
+                          wrong_type(entry[key], "a path", f"tls.{key}").problem)
+    for key in ("cert", "key"):
+        if "{node}" not in entry[key]:
+            raise Invalid(f"tls.{key}", f"must contain {{node}} (one per node), got {entry[key]!r}")
+
+    def path(text: str, key: str, node_id: str | None = None) -> str:
+        p = base / (text.replace("{node}", node_id) if node_id else text)
+        if not p.is_file():
+            where = f" (node {node_id})" if node_id else ""
+            raise Invalid(f"tls.{key}", f"{p}{where}: no such file")
+        return str(p.resolve())
+
+    return MeshPki(path(entry["ca"], "ca"), {n: NodeCert(path(entry["cert"], "cert", n),
+                                                       path(entry["key"], "key", n)) for n in node_ids})
 
 
 def _check_node_configs(topology: Topology) -> None:

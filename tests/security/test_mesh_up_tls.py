@@ -71,3 +71,30 @@ def test_topology_tls_key(meshctl):
     proc = m.cli("up", check=2)
     assert "tls" in proc.stderr, proc.stderr
     m.topology.write_text(yaml.safe_dump(data, sort_keys=False))     # mesh down at teardown reads it
+
+
+def test_topology_with_the_operators_own_certificates(meshctl, tmp_path):
+    """`tls: {ca, cert, key}` with `{node}` patterns: the mesh runs on the operator's certificates (here
+    made by the same CA tooling into a directory of the operator's), paths relative to the topology."""
+    from router.meshctl.pki import make_mesh_pki
+
+    m = meshctl("chain")
+    own = m.topology.parent / "own-certs"
+    make_mesh_pki(own, ["A", "B", "C"])
+    data = yaml.safe_load(m.topology.read_text())
+    tls = {"ca": "own-certs/ca.pem", "cert": "own-certs/{node}.pem", "key": "own-certs/{node}.key"}
+    m.topology.write_text(yaml.safe_dump({**data, "tls": tls}, sort_keys=False))
+    urls, _, _ = up(m)
+    assert not (m.run_dir / "pki").exists()                       # nothing made: the operator's are used
+    cfg_b = yaml.safe_load((m.run_dir / "B.yaml").read_text())
+    assert {c["tls"]["cert"] for c in cfg_b["connectors"]} == {str((own / "B.pem").resolve())}
+    conns = Requester(Client(urls["B"])).query("connection")
+    assert all(c["security"].startswith("TLS") and c["saslMechanism"] == "EXTERNAL"
+               for c in conns if c["role"] == "inter-router"), conns
+    m.cli("down", check=0)
+    for bad, problem in (({**tls, "cert": "own-certs/B.pem"}, "tls.cert: must contain {node}"),
+                         ({**tls, "key": "nowhere/{node}.key"}, "(node A): no such file")):
+        m.topology.write_text(yaml.safe_dump({**data, "tls": bad}, sort_keys=False))
+        proc = m.cli("up", check=2)
+        assert problem in proc.stderr, proc.stderr
+    m.topology.write_text(yaml.safe_dump(data, sort_keys=False))     # mesh down at teardown reads it
