@@ -50,14 +50,16 @@ STARVED_EVERY = 100_000  # one credit-starvation interval per this many records
 def _routes(writer: TelemetryWriter, node: str, addresses: int) -> list[int]:
     """Route ids of every (address, ingress, link kinds) this node sees: local (hops 0) or from a peer."""
     ids = []
+    nxt = NODES[(NODES.index(node) + 1) % len(NODES)]       # the next hop of what leaves inter-router
     for a in range(addresses):
         address = f"svc/orders.{a}"
         for out_link in OUT_LINKS:
-            ids.append(writer.route((address, node, 0, "client", out_link, node if out_link != "inter-router"
-                                     else NODES[(NODES.index(node) + 1) % len(NODES)])))
+            hop = nxt if out_link == "inter-router" else None
+            ids.append(writer.route((address, node, 0, "client", out_link,
+                                     node if out_link != "inter-router" else nxt, hop)))
             peer = NODES[(NODES.index(node) + 1 + a % (len(NODES) - 1)) % len(NODES)]
             ids.append(writer.route((address, peer, 1, "inter-router", out_link,
-                                     node if out_link != "inter-router" else None)))
+                                     node if out_link != "inter-router" else None, hop)))
     return ids
 
 

@@ -90,3 +90,45 @@ def starvation_addresses(links: pa.Table) -> pa.Table:
     out = out.append_column("starved_s", pc.divide(pc.cast(out["starved_us"], pa.float64()), 1_000_000))
     out = out.drop_columns(["starved_us"])
     return _sorted(out, [("starved_s", "descending"), ("address", "ascending")])
+
+
+LINK_KEYS = ["node", "next_hop"]
+
+
+def link_utilisation(t: pa.Table) -> pa.Table:
+    """(node, next_hop, second, messages, bytes): deliveries that left ``node`` on its inter-router link
+    to ``next_hop``, per 1 s bucket of ``settled`` (from the (node, address, next_hop, second)
+    aggregate; records without a next hop are left out)."""
+    return regroup(t, [*LINK_KEYS, "second"], [("messages", "messages"), ("bytes", "bytes")],
+                   [("node", "ascending"), ("next_hop", "ascending"), ("second", "ascending")],
+                   pc.field("next_hop").is_valid())
+
+
+LINK_SUMMARY_SCHEMA = pa.schema([
+    ("node", pa.string()), ("next_hop", pa.string()), ("messages", pa.int64()), ("bytes", pa.int64()),
+    ("first_second", pa.int64()), ("last_second", pa.int64()), ("busy_seconds", pa.int64()),
+    ("peak_msg_s", pa.int64()), ("peak_bytes_s", pa.int64()), ("peak_second", pa.int64()),
+    ("avg_msg_s", pa.float64()), ("avg_bytes_s", pa.float64())])
+
+
+def link_summary(t: pa.Table) -> pa.Table:
+    """Per link (node, next_hop): messages, bytes, first/last second with traffic, busy seconds, the
+    peak second (most messages; its messages and bytes; the earliest of equals) and the averages per
+    second over the link's span (first to last busy second, both included; idle seconds count as 0).
+    Busiest link first."""
+    per: dict[tuple, list[tuple[int, int, int]]] = {}
+    for r in link_utilisation(t).to_pylist():
+        per.setdefault((r["node"], r["next_hop"]), []).append((r["second"], r["messages"], r["bytes"]))
+    rows = []
+    for (node, hop), cells in per.items():
+        cells.sort()
+        messages, size = sum(c[1] for c in cells), sum(c[2] for c in cells)
+        first, last = cells[0][0], cells[-1][0]
+        peak = max(cells, key=lambda c: (c[1], -c[0]))
+        span = last - first + 1
+        rows.append({"node": node, "next_hop": hop, "messages": messages, "bytes": size,
+                     "first_second": first, "last_second": last, "busy_seconds": len(cells),
+                     "peak_msg_s": peak[1], "peak_bytes_s": peak[2], "peak_second": peak[0],
+                     "avg_msg_s": messages / span, "avg_bytes_s": size / span})
+    rows.sort(key=lambda r: (-r["messages"], r["node"], r["next_hop"]))
+    return pa.Table.from_pylist(rows, LINK_SUMMARY_SCHEMA)

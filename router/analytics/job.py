@@ -55,6 +55,8 @@ DERIVED: tuple[tuple[str, str, Derive], ...] = (
     ("top_consumers", "routes", D.top_consumers),
     ("pair_traffic", "routes", D.pair_traffic),
     ("starvation_address", "starvation_link", D.starvation_addresses),
+    ("link_utilisation", "throughput", D.link_utilisation),
+    ("link_summary", "throughput", D.link_summary),
 )
 TABLE_NAMES = ("summary", "input_problems", *(n for n, _ in SPARK_TABLES), *(n for n, _, _ in DERIVED),
                "windows")

@@ -41,6 +41,28 @@ def throughput(rows: list[dict], start: float) -> str | None:
     return _png(fig)
 
 
+def links(util: dict, start: float) -> str | None:
+    """Messages/s per inter-router link (node -> next hop) over time, from the summary's
+    ``link_utilisation`` answer (one line per link, the busiest MAX_SERIES)."""
+    rows = util.get("links", [])[:MAX_SERIES]
+    if not rows:
+        return None
+    width = util["bucket_s"]
+    fig = Figure(figsize=(9, 3.6))
+    ax = fig.subplots()
+    for r in rows:
+        per = {p["start"]: p["messages"] for p in r["series"]}       # idle buckets: 0
+        starts = range(min(per), max(per) + width, width)
+        ax.plot([t - start for t in starts], [per.get(t, 0) / width for t in starts], marker=".",
+                linewidth=1.2, label=f"{r['node']} -> {r['next_hop']}")
+    ax.set_xlabel("seconds since the first record")
+    ax.set_ylabel("messages/s")
+    ax.set_title(f"Inter-router link utilisation ({width} s buckets)")
+    ax.grid(alpha=0.3)
+    ax.legend(title="link", fontsize="small", loc="best")
+    return _png(fig)
+
+
 def latency(rows: list[dict], key: str) -> str | None:
     """p50/p90/p99 settlement latency per ``key`` (the busiest ones), horizontal bars."""
     rows = sorted(rows, key=lambda r: -r["deliveries"])[:MAX_SERIES]

@@ -5,9 +5,10 @@ summary's ``questions``, hence ``--json``).
 - undeliverable deliveries (outcome released or modified) by address and by node;
 - slowest paths, ingress -> egress, by end-to-end p99;
 - two time windows compared: the first and second half of the records' time span (per address:
-  messages, bytes, undeliverable, p50/p99 latency), from the ``windows`` table (router.analytics.tables).
-
-Not answered: per-link utilisation over time (delivery records name the link kind, not the link).
+  messages, bytes, undeliverable, p50/p99 latency), from the ``windows`` table (router.analytics.tables);
+- per-link utilisation over time: per inter-router link (node -> next_hop) its totals, peak second and
+  averages (the ``link_summary`` table) and its messages and bytes per time bucket (``link_utilisation``,
+  1 s buckets, re-bucketed here to at most MAX_BUCKETS buckets over the records' time span).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections import defaultdict
 
 TOP = 10
 UNDELIVERABLE = ("released", "modified")
+MAX_BUCKETS = 300                       # time buckets per link in the summary's series, at most
+BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)   # bucket widths (s) to choose from
 
 
 def _top(rows: list[dict], key: str, n: int = TOP) -> list[dict]:
@@ -34,7 +37,35 @@ def undeliverable(outcomes: list[dict], key: str) -> list[dict]:
     return sorted((r for r in rows if r["undeliverable"]), key=lambda r: (-r["undeliverable"], str(r[key])))
 
 
-def answers(data: dict[str, list[dict]]) -> dict[str, list[dict]]:
+def bucket_seconds(first: int, last: int) -> int:
+    """The narrowest of BUCKETS (then whole hours) that covers seconds ``first``..``last`` in at most
+    MAX_BUCKETS buckets."""
+    span = last - first + 1
+    for width in BUCKETS:
+        if span <= width * MAX_BUCKETS:
+            return width
+    return 3600 * -(-span // (3600 * MAX_BUCKETS))
+
+
+def link_utilisation(summary: list[dict], cells: list[dict]) -> dict:
+    """Per inter-router link (busiest first): its ``link_summary`` row and ``series``, its messages and
+    bytes per bucket of ``bucket_s`` seconds (``start``: the bucket's first epoch second, a multiple of
+    the width; buckets without traffic left out). One width for every link, from the span of all."""
+    if not cells:
+        return {"bucket_s": 1, "links": []}
+    width = bucket_seconds(min(c["second"] for c in cells), max(c["second"] for c in cells))
+    series: dict[tuple, dict[int, list[int]]] = defaultdict(dict)
+    for c in cells:
+        b = series[(c["node"], c["next_hop"])].setdefault(c["second"] // width * width, [0, 0])
+        b[0] += c["messages"]
+        b[1] += c["bytes"]
+    links = [{**r, "series": [{"start": t, "messages": m, "bytes": n}
+                              for t, (m, n) in sorted(series[(r["node"], r["next_hop"])].items())]}
+             for r in summary]
+    return {"bucket_s": width, "links": links}
+
+
+def answers(data: dict[str, list[dict]]) -> dict[str, object]:
     """Every answer as a list of rows (JSON-ready)."""
     volume: dict[object, int] = defaultdict(int)
     for r in data["outcomes_address"]:
@@ -50,4 +81,5 @@ def answers(data: dict[str, list[dict]]) -> dict[str, list[dict]]:
         "slowest_paths": [{k: r[k] for k in ("ingress", "egress", "deliveries", "p50_ms", "p99_ms")}
                           for r in sorted(data["pair_latency"], key=lambda r: -(r["p99_ms"] or 0))[:TOP]],
         "windows": data.get("windows", []),
+        "link_utilisation": link_utilisation(data.get("link_summary", []), data.get("link_utilisation", [])),
     }

@@ -130,6 +130,10 @@ DEFINITIONS = """
  <i>at the egress</i> is <code>settled - arrival</code> at the egress node, the last leg only.</li>
 <li><b>Producers / consumers</b>: records carry no link ids, so the finest keys are (node, link kind,
  address) for deliveries that entered the mesh (<code>in_link</code> client or broker) or left it.</li>
+<li><b>Per-link utilisation</b>: delivery records that name a <code>next_hop</code> left their node on
+ its inter-router link to that peer; counted per (node, next hop) and second of settlement, as the
+ throughput. A multicast delivery whose copies went to several peers names none and is left out;
+ files written before the field existed have none.</li>
 <li><b>Credit starvation</b>: per link, from each <code>credit_starved_start</code> to the link's next
  <code>credit_starved_end</code> or <code>link_down</code>; a start with neither is counted as open
  and adds no time.</li>
@@ -137,11 +141,12 @@ DEFINITIONS = """
 """
 
 
-def _questions(q: dict) -> list[str]:
+def _questions(q: dict, start: float) -> list[str]:
     """The "Questions" section (router.analytics.questions)."""
     if not q:
         return []
     split = q.get("windows_split_at")
+    util = q.get("link_utilisation", {"bucket_s": 1, "links": []})
     return [
         "<h2 id='questions'>Questions</h2>",
         "<h3>Top addresses by volume</h3>",
@@ -160,8 +165,13 @@ def _questions(q: dict) -> list[str]:
         f"<h3>Two time windows: settled before {_utc(split)} (first) and from it (second)</h3>",
         table(q["windows"], ["address", "window", "messages", "bytes", "undeliverable", "p50_ms", "p99_ms"],
               "windows"),
-        "<p class='note'>Per-link utilisation over time is not answered: delivery records name the kind of "
-        "link, not the link.</p>",
+        "<h3 id='links'>Per-link utilisation over time (inter-router links, node &rarr; next hop)</h3>",
+        image(plots.links(util, start), "Inter-router link utilisation"),
+        table(util["links"], ["node", "next_hop", "messages", "bytes", "busy_seconds", "peak_msg_s",
+                              "peak_bytes_s", "avg_msg_s", "avg_bytes_s"], "link_summary"),
+        "<p class='note'>Peak: the second with the most messages; averages per second over the link's "
+        "span (its first to last second with traffic). Per link and second: "
+        "<code>tables/link_utilisation/</code>.</p>",
     ]
 
 
@@ -193,7 +203,7 @@ def render(result: Result) -> str:
         "<h1>meshrouter telemetry report</h1>",
         f'<p class="note">Generated {_utc(time.time())} by <code>meshrouter analyze</code>.</p>',
         "<h2 id='summary'>Summary</h2>", warn, table(_summary_rows(s, outcome_totals), ["what", "value"]),
-        *_questions(s.get("questions", {})),
+        *_questions(s.get("questions", {}), start),
         "<h2 id='throughput'>Throughput</h2>",
         image(plots.throughput(data["throughput_node"], start), "Throughput per node"),
         table(_throughput_stats(data["throughput_node"]),

@@ -19,6 +19,7 @@ FIELDS: tuple[tuple[str, object], ...] = (
     ("arrival", DoubleType()),
     ("settled", DoubleType()),
     ("egress", StringType()),  # added with the mesh; older files lack it: null
+    ("next_hop", StringType()),  # added with per-link utilisation; older files lack it: null
     ("event", StringType()),
     ("link", StringType()),
     ("peer", StringType()),

@@ -16,6 +16,8 @@ Definitions (see also the report's "How to read this" section):
   ``credit_starved_end`` or ``link_down``; a start followed by another start or by nothing is *open*
   and adds no time.
 - ingress -> egress traffic: records at the egress, keyed (ingress, node).
+- per-link utilisation: records that name a ``next_hop`` (they left ``node`` on its inter-router link
+  to that peer), per (node, next_hop) and 1 s bucket of ``settled``, as the throughput tables.
 - ingress -> egress end-to-end latency: records written at the ingress (hops 0, in_link client or
   broker) that name their ``egress``: their settled - arrival spans arrival at the ingress until the
   outcome came back there. Multicast (egress null) and records from before the field are left out.
@@ -55,7 +57,8 @@ def classify(records: DataFrame) -> DataFrame:
         .otherwise("invalid"))
 
 
-ROUTE_COLUMNS = ("kind", "node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "egress")
+ROUTE_COLUMNS = ("kind", "node", "address", "ingress", "hops", "in_link", "out_link", "outcome", "egress",
+                 "next_hop")
 CUBE_KEYS = ("cls", *ROUTE_COLUMNS, "second", "lat_us")
 
 
@@ -100,9 +103,9 @@ def routes(cube_df: DataFrame) -> DataFrame:
 
 
 def throughput_cells(d: DataFrame) -> DataFrame:
-    """(node, address, second, messages, bytes) of the delivery cube `d`: the throughput tables are
-    regroupings of it."""
-    return (d.groupBy("node", "address", "second")
+    """(node, address, next_hop, second, messages, bytes) of the delivery cube `d`: the throughput and
+    per-link utilisation tables are regroupings of it."""
+    return (d.groupBy("node", "address", "next_hop", "second")
             .agg(F.sum("messages").alias("messages"), F.sum("bytes").alias("bytes")))
 
 

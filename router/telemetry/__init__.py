@@ -10,7 +10,7 @@ Delivery record (one per delivery settled at this node), as JSON::
 
     {"kind":"delivery","node":"A","address":"svc/orders","ingress":"A","hops":0,
      "in_link":"client","out_link":"inter-router","outcome":"accepted","size":312,
-     "arrival":1763770000.123456,"settled":1763770000.125012,"egress":"C"}
+     "arrival":1763770000.123456,"settled":1763770000.125012,"egress":"C","next_hop":"B"}
 
 Event record (link or connection up/down, credit starvation start/end)::
 

@@ -17,7 +17,7 @@ from router.telemetry.schema import DELIVERY_FIELDS, EVENT_FIELDS
 
 _DELIVERY_FMT = (
     '{"kind":"delivery","node":%s,"address":%s,"ingress":%s,"hops":%d,"in_link":%s,"out_link":%s,'
-    '"outcome":%s,"size":%d,"arrival":%.6f,"settled":%.6f,"egress":%s}\n'
+    '"outcome":%s,"size":%d,"arrival":%.6f,"settled":%.6f,"egress":%s,"next_hop":%s}\n'
 )
 _EVENT_FMT = '{"kind":"event","node":%s,"event":%s,"link":%s,"address":%s,"peer":%s,"time":%.6f}\n'
 _CACHE_LIMIT = 100_000  # distinct strings remembered (dynamic addresses make the set open-ended)
@@ -51,11 +51,12 @@ class Formatter:
         self.bad = 0  # records skipped because they could not be formatted
 
     def deliveries(self, rows: list[tuple]) -> str:
-        """JSON Lines for delivery tuples (see schema.DELIVERY_FIELDS)."""
+        """JSON Lines for delivery tuples (see schema.DELIVERY_FIELDS; egress and next_hop may be left
+        out)."""
         e, node, fmt = self._esc.__getitem__, self._node, _DELIVERY_FMT
         try:
-            return "".join([fmt % (node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1, e(eg))
-                            for a, i, h, il, ol, o, s, t0, t1, eg in rows])
+            return "".join([fmt % (node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1, e(eg), e(nh))
+                            for a, i, h, il, ol, o, s, t0, t1, eg, nh in rows])
         except (TypeError, ValueError):
             return self._one_by_one(rows, self._delivery)
 
@@ -64,10 +65,13 @@ class Formatter:
         return self._one_by_one(rows, self._event)
 
     def _delivery(self, row: tuple) -> str:
-        a, i, h, il, ol, o, s, t0, t1, eg = row
+        a, i, h, il, ol, o, s, t0, t1, *rest = row
+        if len(rest) > 2:
+            raise ValueError("too many fields")
+        eg, nh = (*rest, None, None)[:2]
         _finite(t0, t1)
         e = self._esc.__getitem__
-        return _DELIVERY_FMT % (self._node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1, e(eg))
+        return _DELIVERY_FMT % (self._node, e(a), e(i), h, e(il), e(ol), e(o), s, t0, t1, e(eg), e(nh))
 
     def _event(self, row: tuple) -> str:
         ev, link, address, peer, t = row

@@ -8,8 +8,8 @@ size rides in the core's in-flight entry, which exists anyway) and, when it sett
 one int to the current `DeliveryColumns` batch. Everything else is kept as runs: the route (that of the
 consumer's address), the outcome, the arrival time (the core's in-flight stamp `sent_at`: the time of the
 batch of events the delivery came in) and the settlement time (the time of the batch of events it settled
-in). The strings of a route (address, ingress, hops, link kinds, egress) are interned once per route as a
-route id.
+in). The strings of a route (address, ingress, hops, link kinds, egress, next hop) are interned once per
+route as a route id.
 
 Once per pump (`tick`) the batch closes its settlement-time run; about twice a second (or every
 HANDOFF_RECORDS records) it goes whole to the writer process (router.telemetry.process), which converts
@@ -40,7 +40,7 @@ MAX_ROUTE_KEYS = 10_000   # route_ids entries before it starts over
 STARVED_START, STARVED_END = "credit_starved_start", "credit_starved_end"
 
 Source = tuple[str | None, int, str]
-RouteInfo = tuple[str | None, int, str, str, str | None]
+RouteInfo = tuple[str | None, int, str, str, str | None, str | None]
 
 
 def source_of(p: Producer, ann: RouterAnnotations | None) -> Source:
@@ -51,13 +51,18 @@ def source_of(p: Producer, ann: RouterAnnotations | None) -> Source:
 
 def route_info(p: Producer, c: Consumer, ann: RouterAnnotations | None, rd: RemoteDest | None = None,
                copies: list[Consumer] | None = None) -> RouteInfo:
-    """(ingress, hops, in_link, out_link, egress) of a delivery from `p` to `c` (toward remote destination
-    `rd`; multicast: `copies`). egress "" is this node; None: unknown or several."""
+    """(ingress, hops, in_link, out_link, egress, next_hop) of a delivery from `p` to `c` (toward remote
+    destination `rd`; multicast: `copies`). egress "" is this node; None: unknown or several. next_hop:
+    the peer node `c` leads to (multicast: the peer of the copies that went to peers, if they went to
+    one; None if to several or none)."""
     if copies is not None:
-        egress = None if any(x.peer is not None for x in copies) else HERE
+        peers = {x.peer for x in copies if x.peer is not None}
+        egress = None if peers else HERE
+        next_hop = peers.pop() if len(peers) == 1 else None
     else:
         egress = rd.node if rd is not None else None if c.peer is not None else HERE
-    return (*source_of(p, ann), c.conn.kind, egress)
+        next_hop = c.peer
+    return (*source_of(p, ann), c.conn.kind, egress, next_hop)
 
 
 class NodeTelemetry:
@@ -67,6 +72,8 @@ class NodeTelemetry:
     ingress node and hop count of their router annotations, which the engine passes in. `egress` is
     the node where this node sent the delivery out of the mesh as far as it knows: itself when it left
     on a client (or broker) link, the destination node for anycast toward a peer, None otherwise.
+    `next_hop` is the peer node it was sent to when it left on an inter-router link (multicast: when its
+    copies went to one peer only).
     """
 
     def __init__(self, writer: WriterProcess, node_id: str, handoff_records: int = HANDOFF_RECORDS,
@@ -76,10 +83,11 @@ class NodeTelemetry:
         self.node_id = node_id
         self.mesh: dict[object, tuple[int, int]] = {}   # in delivery -> (route id, size), other ways
         self._groups: dict[object, tuple[int, int, float]] = {}  # multicast group -> (rid, size, arrival)
-        self._routes: dict[tuple, int] = {}     # (address, ingress, hops, in, out, egress) -> route id
+        self._routes: dict[tuple, int] = {}     # (address, ingress, hops, in, out, egress, next hop) -> id
         self._local: dict[str | None, int] = {}  # address -> route id client in, client out here
         # what the engine's mesh path looks a route id up by: (address, raw ingress annotation, hops,
-        # from a peer, consumer's peer, destination node) -> route id (bounded: peers choose ingress)
+        # producer's and consumer's link kinds, destination node, next hop) -> route id (bounded: peers
+        # choose ingress)
         self.route_ids: dict[tuple, int] = {}
         self.starved: set[str | None] = set()   # ids of links with a credit_starved_start not yet ended
         # the server calls tick() once per pump with the node's monotonic clock (the core's in-flight stamps
@@ -154,14 +162,15 @@ class NodeTelemetry:
 
     # ---- routes -------------------------------------------------------------------------------------------
     def _route(self, address: str | None, ingress: str | None = None, hops: int = 0,
-               in_link: str | None = CLIENT, out_link: str | None = CLIENT, egress: str | None = HERE) -> int:
-        key = (address, ingress, hops, in_link, out_link, egress)
+               in_link: str | None = CLIENT, out_link: str | None = CLIENT, egress: str | None = HERE,
+               next_hop: str | None = None) -> int:
+        key = (address, ingress, hops, in_link, out_link, egress, next_hop)
         rid = self._routes.get(key)
         if rid is None:
             if egress == HERE:
                 egress = self.node_id
             rid = self._routes[key] = self.writer.route(
-                (address, ingress or self.node_id, hops, in_link, out_link, egress))
+                (address, ingress or self.node_id, hops, in_link, out_link, egress, next_hop))
         return rid
 
     def _local_route(self, address: str | None) -> int:
@@ -180,7 +189,7 @@ class NodeTelemetry:
             rk: tuple = (key, pk, ck)
         else:
             rk = (key, ann.ingress if ann is not None else None, len(ann.trace) if ann is not None else 0,
-                  pk, ck, rd.node if rd is not None else None)
+                  pk, ck, rd.node if rd is not None else None, c.peer)
         rid = self.route_ids.get(rk)
         if rid is None:
             rid = self.route_id(rk, key, *route_info(p, c, ann, rd))

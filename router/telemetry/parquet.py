@@ -197,7 +197,7 @@ def warm_up(node: str, parquet: bool) -> None:
     b.sizes.append(0)
     b.settle(0.0)
     routes = RouteTable()
-    routes.update([("", "", 0, "", "", "")], 1)
+    routes.update([("", "", 0, "", "", "", "")], 1)
     rows = pa.array([("", "", "", "", 0.0)], EVENT_TYPE)
     batches = [delivery_batch(*delivery_columns(b), routes, node), event_batch(rows, node)]
     if parquet:

@@ -91,14 +91,14 @@ class WriterProcess:
 
     # ---- what the node calls ------------------------------------------------------------------------------
     def route(self, route: Route) -> int:
-        """The id of ``(address, ingress, hops, in_link, out_link, egress)``; TypeError if a field has
-        the wrong type."""
+        """The id of ``(address, ingress, hops, in_link, out_link, egress, next_hop)`` (next_hop may be
+        left out); TypeError if a field has the wrong type."""
         rid = self._route_ids.get(route)
         if rid is None:
-            check_route(route)
+            full = check_route(route)
             rid = self._route_ids[route] = len(self.routes)
-            self.routes.append(route)
-            self._routes.append(route)
+            self.routes.append(full)
+            self._routes.append(full)
         return rid
 
     def deliveries(self, batch: DeliveryColumns) -> None:

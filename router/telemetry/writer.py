@@ -5,7 +5,7 @@ works in any process.
 
 The hot path appends to lists; no formatting, no I/O, no lock. Deliveries come as numbers only, the
 route as an id indexing ``routes``, the list of distinct ``(address, ingress, hops, in_link, out_link,
-egress)`` seen so far (``route``): the node fills ``DeliveryColumns`` batches (one list append per
+egress, next_hop)`` seen so far (``route``): the node fills ``DeliveryColumns`` batches (one list append per
 record, see columns.py) and hands each over whole (``deliveries``, about twice a second); other callers
 ``put`` compact tuples ``(route id, outcome code, size, arrival, settled)``; ``delivery()`` takes the
 full tuple and does both steps.
@@ -130,13 +130,13 @@ class TelemetryWriter:
 
     # ---- hot path ------------------------------------------------------------------------------------
     def route(self, route: Route) -> int:
-        """The id of ``(address, ingress, hops, in_link, out_link, egress)``, for ``put``; TypeError if a
-        field has the wrong type."""
+        """The id of ``(address, ingress, hops, in_link, out_link, egress, next_hop)`` (next_hop may be
+        left out), for ``put``; TypeError if a field has the wrong type."""
         rid = self._route_ids.get(route)
         if rid is None:
-            check_route(route)
+            full = check_route(route)
             rid = self._route_ids[route] = len(self.routes)
-            self.routes.append(route)
+            self.routes.append(full)
         return rid
 
     def deliveries(self, batch: DeliveryColumns) -> None:
@@ -172,7 +172,8 @@ class TelemetryWriter:
 
     def delivery(self, rec: DeliveryRecord) -> None:
         """Record one settled delivery: ``(address, ingress, hops, in_link, out_link, outcome, size,
-        arrival, settled, egress)`` (see schema.DELIVERY_FIELDS)."""
+        arrival, settled, egress, next_hop)`` (see schema.DELIVERY_FIELDS; egress and next_hop may be left
+        out)."""
         if self._on:
             address, ingress, hops, in_link, out_link, outcome, size, arrival, settled, *rest = rec
             code = OUTCOME_OF_NAME.get(outcome, -1) if isinstance(outcome, str) else -1
@@ -180,7 +181,8 @@ class TelemetryWriter:
                 self.bad += 1
                 return
             try:
-                rid = self.route((address, ingress, hops, in_link, out_link, rest[0] if rest else None))
+                rid = self.route((address, ingress, hops, in_link, out_link, *rest[:2],
+                                  *(None,) * (2 - len(rest[:2]))))
             except TypeError:
                 self.bad += 1
                 return

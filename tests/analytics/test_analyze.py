@@ -139,6 +139,14 @@ def test_throughput_buckets(spark, run):
     assert per_address == {k: tuple(v) for k, v in want.items()}
 
 
+def test_records_without_next_hop_count_on_no_link(spark, run):
+    """Old files (no next_hop column, or lines without the field) read as null: no link utilisation,
+    and the throughput above still counts them."""
+    assert run.table(spark, "link_utilisation") == [] and run.table(spark, "link_summary") == []
+    summary = json.loads((run.out / "summary.json").read_text())
+    assert summary["questions"]["link_utilisation"] == {"bucket_s": 1, "links": []}
+
+
 def test_hop_histograms(spark, run):
     mesh = {r["hops"]: r["messages"] for r in run.table(spark, "hops_mesh")}
     assert mesh == {0: 120, 1: 10, 2: 40}

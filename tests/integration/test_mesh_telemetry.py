@@ -54,16 +54,18 @@ def test_mesh_records_carry_ingress_hops_and_link_kinds(node_factory, tmp_path):
     at_c = [r for r in svc if r["node"] == "C"]
     at_a = [r for r in svc if r["node"] == "A"]
     assert len(at_c) == len(at_a) == 10 and len(svc) == 20            # no other node saw them
-    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"], r["egress"])
-               == ("C", 0, "client", "inter-router", "accepted", "A") for r in at_c)  # C knew: A
-    assert all((r["ingress"], r["hops"], r["in_link"], r["out_link"], r["outcome"], r["egress"])
-               == ("C", 1, "inter-router", "client", "accepted", "A") for r in at_a)
+    fields = ("ingress", "hops", "in_link", "out_link", "outcome", "egress", "next_hop")
+    assert all(tuple(r[f] for f in fields)
+               == ("C", 0, "client", "inter-router", "accepted", "A", "A") for r in at_c)  # C knew: A
+    assert all(tuple(r[f] for f in fields)
+               == ("C", 1, "inter-router", "client", "accepted", "A", None) for r in at_a)
     news = deliveries(tdir, ["multicast/tel"])
     assert sorted((r["node"], r["hops"], r["in_link"]) for r in news) == sorted(
         [("B", 0, "client")] * 4 + [("A", 1, "inter-router")] * 4 + [("D", 1, "inter-router")] * 4)
     assert all(r["ingress"] == "B" and r["outcome"] == "accepted" for r in news)
     # multicast: B sent copies to peers (several egresses: null); A and D delivered to their clients
     assert {(r["node"], r["egress"]) for r in news} == {("B", None), ("A", "A"), ("D", "D")}
+    assert {r["next_hop"] for r in news} == {None}       # B's copies went to two peers
 
 
 @pytest.mark.timeout(300)
@@ -116,8 +118,13 @@ def test_streamed_and_held_deliveries_across_two_nodes(node_factory, tmp_path):
     for node in nodes.values():
         node.proc.wait(10)
         node.stopped = True
+    recs = deliveries(tdir, ["svc/big", "multicast/big"])
+    assert {(r["node"], r["address"], r["out_link"], r["next_hop"]) for r in recs} == {
+        ("A", "svc/big", "inter-router", "B"), ("B", "svc/big", "client", None),
+        ("A", "multicast/big", "client", "B"),          # one copy to A's client, one to peer B
+        ("B", "multicast/big", "client", None)}
     got = sorted((r["node"], r["address"], r["outcome"], r["size"] >= mb, r["in_link"], r["out_link"])
-                 for r in deliveries(tdir, ["svc/big", "multicast/big"]))
+                 for r in recs)
     out_a, in_b = ("A", "svc/big"), ("B", "svc/big")
     assert got == sorted(
         [(*out_a, "accepted", True, "client", "inter-router")]

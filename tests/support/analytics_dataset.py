@@ -8,7 +8,8 @@ Traffic (T0 is a whole epoch second):
 - ``svc/c``: 20 pre-settled deliveries at B, and 3 dropped ones (out_link null).
 - ``svc/d``: 10 deliveries C -> A (hops 0, 1) in a Parquet file; 8 accepted, 2 released; 3 ms at C, 1 ms at A.
 - ``egress``: A's and C's records name it (svc/a: A; svc/b: C; svc/d: A); B's JSON files are in the
-  format from before the field (no ``egress``: read as null).
+  format from before the field (no ``egress``: read as null). No record names a ``next_hop`` (B's
+  files and the Parquet file lack the field, A's and C's JSON say null): no per-link utilisation.
 - events: starvation on A/l1 (0.5 + 0.25 + 0.125 s, the last closed by link_down), A/l2 (0.0625 s),
   B/l1 (one closed 0.5 s interval, two open starts).
 
@@ -110,8 +111,9 @@ def _jsonl(node: str, deliveries: list[dict], events: list[dict]) -> str:
     f = Formatter(node)
     text = f.events([(e["event"], e["link"], e["address"], e["peer"], e["time"]) for e in events])
     text += f.deliveries([tuple(d[k] for k in DELIVERY_KEYS[1:]) for d in deliveries])
-    if node == "B":  # written before records had "egress": readers take it as null
-        text = re.sub(r',"egress":[^,}]*\}', "}", text)
+    if node == "B":  # written before records had "egress" and "next_hop": readers take them as null
+        text = re.sub(r',"egress":[^,}]*,"next_hop":[^,}]*\}', "}", text)
+        assert '"egress"' not in text
     return text
 
 

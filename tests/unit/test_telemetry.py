@@ -26,7 +26,7 @@ NAME_RE = re.compile(r"^A-\d{8}T\d{6}Z-(\d{6})\.(jsonl|parquet)$")
 
 def rec(i: int, address: str = "svc/orders") -> tuple:
     return (address, "A", i % 3, "client", "inter-router", "accepted", 100 + i, T0 + i, T0 + i + 0.0015,
-            "C" if i % 2 else None)
+            "C" if i % 2 else None, "B" if i % 2 else None)
 
 
 def lines(directory: Path) -> list[dict]:
@@ -78,7 +78,8 @@ def test_delivery_and_event_lines_are_the_documented_json():
     d = json.loads(f.deliveries([rec(1)]))
     assert d == {"kind": "delivery", "node": "A", "address": "svc/orders", "ingress": "A", "hops": 1,
                  "in_link": "client", "out_link": "inter-router", "outcome": "accepted", "size": 101,
-                 "arrival": T0 + 1, "settled": T0 + 1.0015, "egress": "C"}
+                 "arrival": T0 + 1, "settled": T0 + 1.0015, "egress": "C",
+                 "next_hop": "B"}
     e = json.loads(f.events([("link_up", "c1/l2", None, "peer-1", T0)]))
     assert e == {"kind": "event", "node": "A", "event": "link_up", "link": "c1/l2", "address": None,
                  "peer": "peer-1", "time": T0}
@@ -292,8 +293,8 @@ def test_parquet_file_has_the_documented_columns_and_types(tmp_path):
     w.close()
     (path,) = tmp_path.glob("*.parquet")
     table = pq.read_table(path)
-    assert tuple(table.column_names) == ("kind", "node", *DELIVERY_FIELDS[:-1], "egress", "event", "link",
-                                         "peer", "time")
+    assert tuple(table.column_names) == ("kind", "node", *DELIVERY_FIELDS[:-2], "egress", "next_hop", "event",
+                                         "link", "peer", "time")
     types = {f.name: str(f.type) for f in pq.read_schema(path)}
     assert types["hops"] == types["size"] == "int64" and types["arrival"] == types["time"] == "double"
     assert pq.ParquetFile(path).schema.column(2).physical_type == "BYTE_ARRAY"  # address: a string
@@ -301,8 +302,24 @@ def test_parquet_file_has_the_documented_columns_and_types(tmp_path):
     assert rows[0]["kind"] == "event" and rows[0]["event"] == "link_up" and rows[0]["size"] is None
     assert rows[1] == {"kind": "delivery", "node": "A", "address": "svc/orders", "ingress": "A", "hops": 1,
                        "in_link": "client", "out_link": "inter-router", "outcome": "accepted", "size": 101,
-                       "arrival": T0 + 1, "settled": T0 + 1.0015, "egress": "C", "event": None,
-                       "link": None, "peer": None, "time": None}
+                       "arrival": T0 + 1, "settled": T0 + 1.0015, "egress": "C", "next_hop": "B",
+                       "event": None, "link": None, "peer": None, "time": None}
+
+
+def test_routes_carry_next_hop_and_six_field_routes_have_none(tmp_path):
+    w = TelemetryWriter(TelemetryConfig(tmp_path), "A", flush_interval=3600)
+    old = w.route(("svc/x", "A", 0, "client", "inter-router", "C"))
+    new = w.route(("svc/x", "A", 0, "client", "inter-router", "C", "B"))
+    assert old != new and w.routes == [("svc/x", "A", 0, "client", "inter-router", "C", None),
+                                       ("svc/x", "A", 0, "client", "inter-router", "C", "B")]
+    with pytest.raises(TypeError):
+        w.route(("svc/x", "A", 0, "client", "inter-router", "C", 7))
+    w.put((old, 0x24, 1, T0, T0))
+    w.put((new, 0x24, 2, T0, T0))
+    w.delivery(("svc/y", "A", 0, "client", "client", "accepted", 3, T0, T0))   # no egress, no next hop
+    w.close()
+    assert [(r["size"], r["egress"], r["next_hop"]) for r in pq.read_table(
+        next(tmp_path.glob("*.parquet"))).to_pylist()] == [(1, "C", None), (2, "C", "B"), (3, None, None)]
 
 
 def test_compact_records_routes_and_outcome_codes(tmp_path):
