@@ -18,7 +18,7 @@ connections' reply addresses:
 * ``connector``: the file paths in `settings` are null;
 * ``policy-group``: `settings` is null (it names users and hosts).
 
-`level` is there for the operations that change the node (issue 20): they need ``write``.
+`level` is there for the operations that change the node (router.management.writes): they need ``write``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@
 * ``redacted``: QUERY / READ / GET-TYPES, with the attributes that reveal files, user names, peer
   addresses and other connections' reply addresses left null (or their rows left out);
 * ``read``: every attribute;
-* ``write``: ``read`` plus the operations that change the node (issue 20; the agent knows the level of
-  every request it answers).
+* ``write``: ``read`` plus the operations that change the node (router.management.writes; the agent
+  knows the level of every request it answers).
 
 Without a group setting, the level is ``read`` for authenticated users (PLAIN, EXTERNAL) and for
 connections from the loopback interface, ``redacted`` for everyone else.
