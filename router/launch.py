@@ -18,6 +18,7 @@ import sys
 
 from router.config import ConfigError, NodeConfig, load_config_data
 from router.management.agent import ManagementAgent
+from router.node.collector import GcPacer
 from router.node.server import NodeServer
 
 log = logging.getLogger("router.node.server")
@@ -88,6 +89,7 @@ async def _serve(config: NodeConfig) -> int:
     loop = asyncio.get_running_loop()
     server = build(config, loop)
     server.config_data = _config_data(config)
+    server.gc_pacer = GcPacer()             # the process is the node's own: it paces garbage collection
     try:
         server.start()
     except OSError as exc:

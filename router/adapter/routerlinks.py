@@ -64,7 +64,7 @@ CONTROL = "qd.router"
 DATA = "qd.router-data"
 COST_PROPERTY = "qd.inter-router-cost"
 CONTROL_CREDIT = 1000        # control messages are small and never wait for a consumer
-ROUTE_BATCH = 500            # changed mobile addresses given to the core per pump (about 5 ms)
+ROUTE_BATCH = 100            # changed mobile addresses given to the core per pump (about 1.5 ms)
 
 
 class RouterLink:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -206,7 +206,9 @@ class LinkStateEngine:
         if scope is Scope.ALL and (opcode == RA or (opcode == MAU and not msg.is_absolute)):
             if trace:
                 self._flood_parent[msg.id] = trace[-1], link_id
-            links = self._flood_links(exclude=link_id, trace=trace)
+            # the origin sent it to its own neighbours itself: flood on only to the others (in a full mesh,
+            # nobody), so that each node decodes one copy rather than one per neighbour
+            links = self._flood_links(exclude=link_id, trace=trace, covered=self._lsdb.peers_of(msg.id))
             if links:
                 out.append(Outgoing({"to": to, "opcode": opcode, "body": body,
                                      "trace": [*trace, self.node_id]}, links))
@@ -569,9 +571,16 @@ class LinkStateEngine:
         return [Outgoing({"to": message["to"], "opcode": message["opcode"], "body": message["body"],
                           "trace": [*trace, self.node_id]}, (link,))]
 
-    def _flood_links(self, exclude: LinkId | None = None, trace: Sequence[str] = ()) -> tuple[LinkId, ...]:
+    def _flood_links(self, exclude: LinkId | None = None, trace: Sequence[str] = (),
+                     covered: Container[str] | None = None) -> tuple[LinkId, ...]:
+        """Links to flood on: every bound one but `exclude`'s and those to nodes in `trace` or `covered`.
+
+        `covered`: the neighbours of the message's origin, as its link state says. The origin floods to
+        them itself; if its link to one of them just went down, that node misses this update and catches
+        up through the sequence gap (MAR) or the next RA, as after a lost message."""
+        covered = covered or ()
         return tuple([link for node, link in self._neighbors.bound_links().items()
-                      if link != exclude and node not in trace])
+                      if link != exclude and node not in trace and node not in covered])
 
     def _flood_out(self, address: str, opcode: str, body: dict[str, Any], out: list[Outgoing]) -> None:
         links = self._flood_links()

@@ -31,6 +31,8 @@ from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
 from router.logs import LogEvery
+from router.node.collector import TICK as GC_TICK
+from router.node.collector import GcPacer
 from router.node.connectors import Connector
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.memory import Trimmer
@@ -102,6 +104,11 @@ class NodeServer:
         self.metrics: object = None         # router.management.metrics.MetricsListener with `metrics:`
         # forwarding latency: input read -> every resulting output written, per batch of events
         self.pump_latency = Histogram(FORWARDING_BOUNDS)
+        self.busy = 0.0                 # seconds spent in the pump so far (the GC pacer's measure of load)
+        # garbage collection paced by the node (router.node.collector): set by router.launch for a node
+        # that has its process to itself, None in a process shared with other code (tests)
+        self.gc_pacer: GcPacer | None = None
+        self._gc_handle: asyncio.TimerHandle | None = None
         # connections closed for not completing header/TLS/SASL/Open within handshake_timeout
         self.handshake_timeouts = 0
         self._handshake_log = LogEvery(log, HANDSHAKE_LOG_INTERVAL, _handshake_line)
@@ -133,6 +140,9 @@ class NodeServer:
             connector.start()
         for service in self.services:
             service.start()
+        if self.gc_pacer is not None:
+            self.gc_pacer.start()           # freezes what start-up allocated
+            self._gc_tick()
 
     # ---- listeners and connectors, also at run time (router.node.reconfigure) -----------------------------
     def open_listener(self, lc: ListenerConfig, index: int, policy: object = None) -> Listener:
@@ -229,6 +239,9 @@ class NodeServer:
             self.engine.observer.close()            # writes what is pending
         if self._tick_handle is not None:
             self._tick_handle.cancel()
+        if self._gc_handle is not None:
+            self._gc_handle.cancel()
+            self.gc_pacer.stop()
         if not self.stopped.done():
             self.stopped.set_result(None)
 
@@ -419,7 +432,9 @@ class NodeServer:
             self._notify_watchers()
         if engine.mesh_links.route_backlog:  # more route updates: after what the other sockets have
             self._schedule()
-        self.pump_latency.observe(time.monotonic() - now)
+        took = time.monotonic() - now
+        self.pump_latency.observe(took)
+        self.busy += took
 
     # ---- address watches (the broker gateway follows its addresses' consumers) --------------------------
     def watch_address(self, address: str, callback: Callable[[], None]) -> Callable[[], None]:
@@ -487,7 +502,8 @@ class NodeServer:
         now = time.monotonic()
         self.engine.tick(int(now * 1000))
         self._handshake_log.flush(now)
-        self.trimmer.maybe_trim()
+        if self.trimmer.maybe_trim() and self.gc_pacer is not None:
+            self.gc_pacer.connections_freed()
         self._fd_log.flush(now)
         if self._spare_fd < 0 and self.listeners:
             try:
@@ -514,12 +530,22 @@ class NodeServer:
         self._schedule()            # the pump gives the core any new routes and applies their credit
         self._mesh_handle = self.loop.call_later(MESH_TICK, self._mesh_tick)
 
+    def _gc_tick(self) -> None:
+        """Collect and freeze what survived since the last tick; a full collection when due and calm."""
+        try:
+            self.gc_pacer.tick(time.monotonic(), self.busy)
+        except Exception:
+            log.exception("internal error in the garbage collection pacer")
+        self._gc_handle = self.loop.call_later(GC_TICK, self._gc_tick)
+
     def log_state(self) -> None:
         """Log the node's table sizes, counters and mesh view as one JSON line (SIGUSR1)."""
         state = self.engine.snapshot()
         state["mesh"] = self.mesh.snapshot()
         if self.gateways is not None:
             state["gateway"] = self.gateways.snapshot()
+        if self.gc_pacer is not None:
+            state["gc"] = self.gc_pacer.snapshot()
         log.info("state %s", json.dumps(state, sort_keys=True))
 
 

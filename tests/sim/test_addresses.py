@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
+
+import networkx as nx
 
 from router.linkstate.mobile import HINT_CLOSEST, HINT_MULTICAST
 from tests.support.linkstate_sim import SimNetwork, build, random_mesh
@@ -122,3 +125,29 @@ def test_mar_from_an_unknown_node_is_answered_once_it_is_reachable():
     ghost = net.add_node("ghost", instance=7)
     net.connect("ghost", nodes[3], cost=1)
     net.run_until(lambda: ghost.known_addresses.get(ADDR_A) == frozenset({nodes[0]}), 5.0)
+
+
+def test_flooded_updates_reach_each_node_once_in_a_full_mesh_and_still_cross_chains():
+    """The origin sends its diff MAUs and RAs to its neighbours itself; they flood them on only to the
+    nodes the origin does not reach directly: in a full mesh every node receives one copy (it used to
+    decode one per neighbour), along a chain the far end still learns the address."""
+    full = nx.complete_graph(["A", "B", "C", "D"])
+    nx.set_edge_attributes(full, 1, "cost")
+    full = build(full)
+    full.run_until(lambda: all(len(e.reachable) == 3 for e in full.engines.values()), 5.0)
+    duplicates = {n: e.counters["flood_duplicate"] for n, e in full.engines.items()}
+    copies = Counter()
+    full.observers.append(lambda src, dst, m: copies.update([dst]) if is_diff_mau(m, "A") else None)
+    full.engines["A"].add_local_address(ADDR_A)
+    full.run_until(lambda: everyone_else_knows(full, ADDR_A, {"A"}), 3.0)
+    assert copies == {"B": 1, "C": 1, "D": 1}
+    assert {n: e.counters["flood_duplicate"] for n, e in full.engines.items()} == duplicates
+
+    chain = nx.path_graph(["A", "B", "C", "D"])
+    nx.set_edge_attributes(chain, 1, "cost")
+    chain = build(chain)
+    chain.run_until(lambda: all(len(e.reachable) == 3 for e in chain.engines.values()), 5.0)
+    chain.engines["A"].add_local_address(ADDR_A)
+    took = chain.run_until(lambda: everyone_else_knows(chain, ADDR_A, {"A"}), 3.0)
+    assert took <= 0.2                  # flooded hop by hop at once, not learnt through a MAR
+    assert chain.delivered["MAR"] == 0
