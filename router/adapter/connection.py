@@ -105,13 +105,14 @@ class Connection:
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
-                 "refused_links", "framed")
+                 "refused_links", "framed", "heavy")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
                  client: bool = False, cost: int = 1) -> None:
         self.sock = sock
         self.framed = getattr(sock, "framed", False)    # router.adapter.websocket.WebSocketStream
+        self.heavy = False      # its last input took long to handle (the node's read budget: server.py)
         self.peer = peer
         self.role = role
         self.client = client           # we connected out (a connector), so we open and attach first

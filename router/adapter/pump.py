@@ -27,12 +27,15 @@ def pump(engine: object, write_interest: WriteInterest) -> None:
 
 
 def flush_dirty(engine: object, write_interest: WriteInterest) -> None:
-    """Write every connection with output; watch full sockets; tear down finished connections."""
+    """Write every connection with output, inter-router ones first (HELLOs and link-state never wait
+    behind a client's output); watch full sockets; tear down finished connections."""
     dirty = engine.dirty                # shared with the engine's parts: emptied, not replaced
     if not dirty:
         return
     conns = tuple(dirty)
     dirty.clear()
+    if len(conns) > 1:
+        conns = tuple(c for c in conns if c.router is not None) + tuple(c for c in conns if c.router is None)
     for conn in conns:
         if not conn.alive:
             continue

@@ -43,6 +43,9 @@ class AddressTable:
         self._valid_origins: Callable[[], Mapping[str, frozenset[str]]] = dict
         self._origins_cache: Mapping[str, frozenset[str]] | None = None
         self._node_addresses: dict[str, Address] = {}   # node -> its `_topo/0/<node>/` route
+        # (data-out link, nodes behind it) entries of Address.links, one per distinct route: thousands of
+        # addresses held by the same nodes share them (fewer objects for the collector to scan)
+        self._link_entries: dict[tuple[Consumer, frozenset[str]], tuple[Consumer, frozenset[str]]] = {}
         self._topo = topo_prefix(node_id)
         # mobile addresses that got their first local consumer (True) or lost their last (False), in order
         self.local_changes: list[tuple[str, bool]] = []
@@ -156,6 +159,7 @@ class AddressTable:
         address that becomes ready get credit, those of one left with no destination are drained.
         """
         self.nodes = dict(nodes)
+        self._link_entries.clear()      # they hold data-out links of the old view
         self.radius = radius
         self._valid_origins = valid_origins
         self._origins_cache = None
@@ -216,7 +220,12 @@ class AddressTable:
         by_link: dict[Consumer, set[str]] = {}
         for d in remote:
             by_link.setdefault(d.out, set()).add(d.node)
-        a.links = [(out, frozenset(behind)) for out, behind in by_link.items()]
+        entries = self._link_entries
+        links = []
+        for out, behind in by_link.items():
+            entry = (out, frozenset(behind))
+            links.append(entries.setdefault(entry, entry))  # shared by every address with the same route
+        a.links = links
         self.ledger.update_ready(a)
         if not a.remote:
             self.ledger.lost_destinations(a)

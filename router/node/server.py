@@ -20,6 +20,7 @@ import os
 import resource
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -43,6 +44,11 @@ MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
 FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about connections refused for want of fds
+# Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: per loop iteration, once
+# READ_BUDGET seconds went to client input, the client connections whose last read took more than
+# HEAVY_READ wait for the next iteration (they are read first then); light ones and peers are always read.
+READ_BUDGET = 0.005
+HEAVY_READ = 0.001
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,9 @@ class NodeServer:
         self.trimmer = Trimmer()        # freed memory back to the system after waves of connections
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
+        self._spent = 0.0                           # seconds of client input handled in this loop iteration
+        self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
+        self._new_pass_scheduled = False
         self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
         self._tick_handle: asyncio.TimerHandle | None = None
         self.stopped = loop.create_future()
@@ -393,6 +402,12 @@ class NodeServer:
     def _readable(self, conn: Connection) -> None:
         if not conn.alive:
             return
+        client = conn.router is None
+        if client and conn.heavy and self._spent >= READ_BUDGET:
+            self.loop.remove_reader(conn.sock.fileno())    # read again first thing next iteration
+            self._deferred.append(conn)
+            return
+        started = time.perf_counter()
         echo = conn.read()
         if conn.router is not None:         # a peer node sending anything is alive (HELLO or not)
             self.mesh.heard(conn)
@@ -404,6 +419,24 @@ class NodeServer:
         # Pump at once rather than on the next loop iteration: it saves a select() round per
         # request (RPC p50 95 µs instead of ~165 µs here) and reads stay large under load.
         self._pump()
+        if client:
+            took = time.perf_counter() - started
+            conn.heavy = took > HEAVY_READ
+            self._spent += took
+            if not self._new_pass_scheduled:
+                self._new_pass_scheduled = True
+                self.loop.call_soon(self._new_pass)     # runs before the next iteration's reads
+
+    def _new_pass(self) -> None:
+        """A new loop iteration: the read budget starts again, deferred connections are read first."""
+        self._new_pass_scheduled = False
+        self._spent = 0.0
+        deferred = self._deferred
+        while deferred and self._spent < READ_BUDGET:
+            conn = deferred.popleft()
+            if conn.alive:
+                self.loop.add_reader(conn.sock.fileno(), self._readable, conn)
+                self._readable(conn)
 
     def _writable(self, conn: Connection) -> None:
         if conn.alive:

@@ -5,7 +5,9 @@ Started by :class:`router.telemetry.process.WriterProcess` as ``python -m router
 pickles (``process.FRAME``): new routes and events, batches of delivery records. It ignores SIGINT
 and SIGTERM (a Ctrl-C meant for the node must not cut its records short), runs at a lower priority
 (nice 10) and ends when stdin closes: it writes what it has and exits 0, or
-:data:`process.EXIT_STOPPED` if its writer stopped on an error, which the writer logged.
+:data:`process.EXIT_STOPPED` if its writer stopped on an error, which the writer logged. The writer fails
+in its own thread while this process may be waiting for the node's next message (an idle node sends
+none): a watcher then interrupts that wait with SIGUSR1, so the process ends at once either way.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 
 from router.logs import setup_logging
@@ -24,6 +27,22 @@ from router.telemetry.process import BATCH, EXIT_STOPPED, FRAME, NEWS
 
 NICENESS = 10          # the writer's priority below the node's: it runs when routing leaves a core idle
 HIGH_WATER = 500_000   # records waiting in the writer before this process stops reading the pipe
+WATCH_INTERVAL = 0.1   # seconds between the watcher's looks at the writer
+
+
+class WriterStopped(Exception):
+    """Raised in the main thread (by the SIGUSR1 handler) when the writer stopped on an error."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise WriterStopped
+
+
+def watch(writer, main_thread: int) -> None:
+    """Wake the main thread out of its read once ``writer`` stopped on an error."""
+    while not writer.stopped:
+        time.sleep(WATCH_INTERVAL)
+    signal.pthread_kill(main_thread, signal.SIGUSR1)
 
 
 def serve(stream, writer) -> None:
@@ -64,8 +83,17 @@ def main(argv: list[str]) -> int:
 
     config = TelemetryConfig(dir=spec["dir"], rotate_mb=spec["rotate_mb"], sample=spec["sample"])
     writer = TelemetryWriter(config, spec["node"])
-    with os.fdopen(sys.stdin.fileno(), "rb", buffering=1 << 20, closefd=False) as stream:
-        serve(stream, writer)
+    signal.signal(signal.SIGUSR1, _interrupt)
+    try:
+        try:
+            threading.Thread(target=watch, args=(writer, threading.get_ident()), daemon=True,
+                             name="writer-watch").start()
+            with os.fdopen(sys.stdin.fileno(), "rb", buffering=1 << 20, closefd=False) as stream:
+                serve(stream, writer)
+        finally:
+            signal.signal(signal.SIGUSR1, signal.SIG_IGN)   # from here on the close is not interrupted
+    except WriterStopped:
+        pass
     writer.close()
     return EXIT_STOPPED if writer.stopped else 0
 
