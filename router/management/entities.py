@@ -25,7 +25,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
-        "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd"),
+        "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd", "readsDeferred"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -148,6 +148,7 @@ class NodeEntities:
             "lastReload": server.last_reload.as_map() if server.last_reload is not None else None,
             "handshakeTimeouts": server.handshake_timeouts,
             "connectionsRefusedNoFd": server.fd_refused,
+            "readsDeferred": server.reads_deferred,
         }
 
     # ---- connections -------------------------------------------------------------------------------------

@@ -124,7 +124,9 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
             ("meshrouter_deliveries_delayed_10s", "deliveriesDelayed10Sec",
              "Deliveries settled after > 10 s"),
             ("meshrouter_handshake_timeouts", "handshakeTimeouts",
-             "Connections closed for not completing header, TLS, SASL and Open within handshake_timeout")):
+             "Connections closed for not completing header, TLS, SASL and Open within handshake_timeout"),
+            ("meshrouter_reads_deferred", "readsDeferred",
+             "Reads of busy client connections put off so that other connections were served first")):
         m = counter(name, doc)
         m.add_metric([nid], node[attr])
         yield m

@@ -103,6 +103,7 @@ class NodeServer:
         self._spent = 0.0                           # seconds of client input handled in this loop iteration
         self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
         self._new_pass_scheduled = False
+        self.reads_deferred = 0                     # reads put off by the budget (management: readsDeferred)
         self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
         self._tick_handle: asyncio.TimerHandle | None = None
         self.stopped = loop.create_future()
@@ -406,6 +407,7 @@ class NodeServer:
         if client and conn.heavy and self._spent >= READ_BUDGET:
             self.loop.remove_reader(conn.sock.fileno())    # read again first thing next iteration
             self._deferred.append(conn)
+            self.reads_deferred += 1
             return
         started = time.perf_counter()
         echo = conn.read()

@@ -11,12 +11,14 @@ and a rescan of every address per MAU).
 from __future__ import annotations
 
 import re
+import threading
 import time
 
 import pytest
 
 from tests.support.bulk import attach_receivers
 from tests.support.meshes import build
+from tests.support.rpc import RpcFactory
 from tests.support.state import reading
 from tests.support.waiting import wait_until
 
@@ -47,3 +49,50 @@ def test_a_storm_of_addresses_loses_no_neighbour(node_factory, addresses):
     assert not any(lost.values()), lost
     print(f"\nstorm of {addresses} addresses: attached in {attached - start:.2f} s, routed everywhere "
           f"{routed - attached:.2f} s later (read through management)")
+
+
+def test_a_storm_over_many_connections_is_read_in_turns_and_rpc_through_the_node_goes_on(node_factory):
+    """Ten connections write 1,000 ATTACHes each at once: once a loop turn's read budget is spent the node
+    puts the busy connections off to the next turn (`readsDeferred`), so the RPC calls made through the
+    same node meanwhile are served between their reads; every ATTACH is answered, every call succeeds."""
+    node = node_factory(idle_timeout=0)     # the raw receivers send no heartbeats
+    rpc = RpcFactory()
+    try:
+        rpc.server(node.url, "openstack.org/om/rpc/anycast/storm/echo", lambda body, props: body)
+        caller = rpc.client(node.url)
+        wait_until(lambda: _answers(caller), 10.0, "the echo server answering")
+        calls: list[float] = []
+        failures: list[BaseException] = []
+        storming = threading.Event()
+
+        def call_during_storm() -> None:
+            while not storming.is_set():
+                t0 = time.monotonic()
+                try:
+                    caller.call("openstack.org/om/rpc/anycast/storm/echo", "ping")
+                    calls.append(time.monotonic() - t0)
+                except Exception as exc:    # every call must succeed
+                    failures.append(exc)
+                time.sleep(0.01)
+
+        thread = threading.Thread(target=call_during_storm, daemon=True)
+        thread.start()
+        attach_receivers(node.url, [f"balanced/turns/{i}" for i in range(10_000)])
+        storming.set()
+        thread.join(15)
+        with reading(node) as m:
+            deferred = m.query_dicts("node", ["readsDeferred"])[0]["readsDeferred"]
+    finally:
+        rpc.close()
+    assert not failures, failures[:3]
+    assert calls, "no call was made during the storm"
+    assert deferred > 0, "the read budget never put a busy connection off"
+    print(f"\n{len(calls)} calls during the storm, slowest {1000 * max(calls):.0f} ms; "
+          f"{deferred} reads deferred")
+
+
+def _answers(caller) -> bool:
+    try:
+        return caller.call("openstack.org/om/rpc/anycast/storm/echo", "hello", timeout=1.0) == "hello"
+    except Exception:
+        return False
