@@ -47,6 +47,9 @@ class GcPacer:
 
     def __init__(self) -> None:
         self.frozen_base = 0                # frozen objects right after the last full collection
+        # frozen objects, counted as they are frozen (gc.get_freeze_count() walks them all: milliseconds
+        # each call with a large table); objects freed since are still counted, until the next full one
+        self.frozen = 0
         self.full_due_since: float | None = None   # when a full collection became due (None: not due)
         self.wave = False                   # connections were freed in a wave: a full collection is due
         self.last_full = -MIN_FULL_INTERVAL
@@ -62,7 +65,7 @@ class GcPacer:
         """Freeze what start-up allocated (modules, config): it stays alive as long as the node."""
         gc.collect()
         gc.freeze()
-        self.frozen_base = gc.get_freeze_count()
+        self.frozen = self.frozen_base = gc.get_freeze_count()
 
     def stop(self) -> None:
         """Give the frozen objects back to the collector (an in-process node stopping in a test)."""
@@ -79,7 +82,7 @@ class GcPacer:
             self._load.popleft()
         if len(gc.get_objects(2)) >= MIN_SURVIVORS:
             self._freeze()
-        grown = gc.get_freeze_count() > self.frozen_base * (1 + GROWTH)
+        grown = self.frozen > self.frozen_base * (1 + GROWTH)
         if self.full_due_since is None and (self.wave or grown):
             self.full_due_since = now
         due = self.full_due_since
@@ -98,7 +101,9 @@ class GcPacer:
     def _freeze(self) -> None:
         t0 = time.perf_counter()
         gc.collect()
+        survivors = len(gc.get_objects(2))  # everything the collection left is in the oldest generation
         gc.freeze()
+        self.frozen += survivors
         self._paused(time.perf_counter() - t0, full=False)
 
     def _full(self, now: float) -> None:
@@ -108,7 +113,7 @@ class GcPacer:
         gc.freeze()
         took = time.perf_counter() - t0
         self._paused(took, full=True)
-        self.frozen_base = gc.get_freeze_count()
+        self.frozen = self.frozen_base = gc.get_freeze_count()
         self.full_due_since = None
         self.wave = False
         self.last_full = now
@@ -126,7 +131,7 @@ class GcPacer:
 
     def snapshot(self) -> dict[str, float | int]:
         """Counters for the state line: collections run and the time they took."""
-        return {"frozen": gc.get_freeze_count(), "freezes": self.freezes,
+        return {"frozen": self.frozen, "freezes": self.freezes,
                 "full_collections": self.full_collections, "freeze_ms": round(1000 * self.freeze_seconds, 1),
                 "full_ms": round(1000 * self.full_seconds, 1),
                 "longest_pause_ms": round(1000 * self.longest_pause, 1)}
