@@ -160,6 +160,12 @@ class LogEvery:
                 else:
                     del self._keys[key]
 
+    def drain(self) -> None:
+        """Log every count still pending, whatever its interval (the process is stopping)."""
+        for key, entry in list(self._keys.items()):
+            self._emit(key, entry)
+            entry[1] = 0
+
     def _emit(self, key: Hashable, entry: list) -> None:
         if entry[1]:
             self.logger.log(self.level, *self.fmt(key, entry[1], entry[2]))

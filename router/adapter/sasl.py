@@ -256,6 +256,10 @@ class UsersFileSasl:
         if self._failures._keys:
             self._flush_timer = self.loop.call_later(FAILURE_LOG_INTERVAL, self._flush)
 
+    def drain_logs(self) -> None:
+        """Log the failure counts not written yet (the node is stopping)."""
+        self._failures.drain()
+
     def _failure_line(self, host: object, count: int, user: object) -> tuple:
         return ("SASL PLAIN: authentication failed for user %r from %s (%d failure(s) from there since its "
                 "last line); its next check waits %.2g s", user, host, count, self.checks.delay(host))

@@ -245,6 +245,7 @@ class NodeServer:
             self._close_socket(conn)
             self.engine.kill(conn)
         self._reap()
+        self._drain_logs()
         if self.engine.observer is not None:
             self.engine.observer.close()            # writes what is pending
         if self._tick_handle is not None:
@@ -254,6 +255,16 @@ class NodeServer:
             self.gc_pacer.stop()
         if not self.stopped.done():
             self.stopped.set_result(None)
+
+    def _drain_logs(self) -> None:
+        """Write the counts of repeated events still waiting for their interval's line."""
+        self._handshake_log.drain()
+        self._fd_log.drain()
+        self.engine.attach.failures.drain()
+        for listener in self.bound:
+            drain = getattr(getattr(listener.policy, "sasl", None), "drain_logs", None)
+            if drain is not None:
+                drain()
 
     # ---- in-process clients (management agent, broker gateways) -------------------------------------
     def add_local_connection(self, sock: socket.socket, peer: str) -> Connection:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -194,3 +195,16 @@ def test_plain_against_sasldb(secure_node, pki, tmp_path):
     assert "unauthorized" in refused(url, tls=client_tls(pki.ca), mechs="PLAIN", user="dave@example.org",
                                      password="nope")
     connect(url, tls=client_tls(pki.ca), mechs="ANONYMOUS").close()
+
+
+def test_failure_counts_still_pending_are_logged_when_the_node_stops(secure_node, pki, users_file):
+    """Failed logins from one host after the first are counted into one line per interval (a minute);
+    a node stopped within the interval writes that line as it stops instead of losing the count."""
+    node, (url,) = secure_node([_plain_listener(pki, users_file)])
+    for _ in range(3):
+        refused(url, tls=client_tls(pki.ca), mechs="PLAIN", user="alice", password="wrong")
+    node.proc.send_signal(signal.SIGTERM)
+    node.proc.wait(20)
+    node.stopped = True
+    log = node.stderr_path.read_text(errors="replace")
+    assert "(1 failure(s) from there" in log and "(2 failure(s) from there" in log, log[-3000:]

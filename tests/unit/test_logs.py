@@ -1,4 +1,4 @@
-"""router.logs.LogEvery: one line per key per interval, bounded keys."""
+"""router.logs.LogEvery: one line per key per interval, bounded keys, pending counts written at stop."""
 
 from __future__ import annotations
 
@@ -26,3 +26,15 @@ def test_log_every_bounded_keys(caplog):
     for i in range(1000):
         every.note(f"host{i}", 0.0)
     assert len(every._keys) == 3
+
+
+def test_log_every_drain_writes_what_is_pending_when_the_process_stops(caplog):
+    every = LogEvery("test.every3", 60.0, lambda key, n, last: ("%s: %d (last %s)", key, n, last))
+    with caplog.at_level(logging.WARNING, logger="test.every3"):
+        for i in range(5):
+            every.note("h1", i, i)                  # the first line, then 4 counted
+        every.note("h2", 1, "x")                    # its first line: nothing pending
+        every.drain()
+        every.drain()                               # nothing twice
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == ["h1: 1 (last 0)", "h2: 1 (last x)", "h1: 4 (last 4)"]
