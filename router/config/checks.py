@@ -107,11 +107,16 @@ def first_duplicate(values: list[Any], path: Callable[[int], str], what: str) ->
         seen[v] = i
 
 
+MAX_NODE_ID = 255       # as router.linkstate.messages.MAX_NODE_ID: peers refuse longer ids
+
+
 def _node_id(value: object, path: str) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise Invalid(path, f"wrong type: expected string, got {type_name(value)} {value!r} (quote it)")
     if not NAME_RE.fullmatch(_string(value, path)):
         raise Invalid(path, f"invalid node id {value!r}: use only letters, digits, '_', '.' and '-'")
+    if len(value) > MAX_NODE_ID:
+        raise Invalid(path, f"node id too long ({len(value)} characters; at most {MAX_NODE_ID})")
     return value
 
 

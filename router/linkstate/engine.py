@@ -46,6 +46,7 @@ from router.linkstate.messages import (
     RouterAdvertisement,
     UnsupportedVersionError,
     parse,
+    short,
 )
 from router.linkstate.mobile import HINT_BALANCED, Applied, LocalAddresses, RemoteAddresses
 from router.linkstate.neighbors import NeighborChange, NeighborTable
@@ -471,13 +472,14 @@ class LinkStateEngine:
         if isinstance(err, UnsupportedVersionError):
             self.counters["newer_version"] += 1
             self._warn.once(("version", err.sender), logging.WARNING,
-                            "dropping control messages from %s: %s", err.sender, err.reason)
+                            "dropping control messages from %s: %s", _shown(err.sender), _cut(err.reason))
             return
         self.counters["malformed"] += 1
         who = err.sender if err.sender is not None else ("link", link_id)
         self._warn.once(("malformed", who), logging.WARNING,
                         "dropping malformed control message from %s: %s",
-                        err.sender if err.sender is not None else f"link {link_id!r}", err.reason)
+                        _shown(err.sender) if err.sender is not None else f"link {link_id!r}",
+                        _cut(err.reason))
 
     def _apply(self, changes: list[NeighborChange], now: float, out: list[Outgoing]) -> None:
         """Neighbour changes go into our own link state (published by the next commit)."""
@@ -672,3 +674,12 @@ class LinkStateEngine:
             self._send_lsu(node_id, out)
         for node_id in list(self._owe_mau):
             self._send_absolute(node_id, out)
+
+
+def _shown(sender: object) -> str:
+    """A peer-sent node id for a log line (ids of valid messages are short; a bad one may not be)."""
+    return sender if isinstance(sender, str) and len(sender) <= 80 else short(sender)
+
+
+def _cut(reason: str, limit: int = 300) -> str:
+    return reason if len(reason) <= limit else f"{reason[:limit]}... ({len(reason)} characters)"

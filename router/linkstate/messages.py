@@ -67,9 +67,19 @@ def _int(body: Mapping[str, Any], key: str, sender: str | None, minimum: int = 0
     return int(value)
 
 
+MAX_NODE_ID = 255       # characters in a node id (the config allows no more)
+
+
+def short(value: Any, limit: int = 80) -> str:
+    """`value` for a log line: its repr, cut at `limit` characters (peers choose what they send)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _node_id(value: Any, what: str, sender: str | None) -> str:
-    if not isinstance(value, str) or not value or "/" in value:
-        raise ControlMessageError(f"{what} must be a non-empty node id without '/', not {value!r}", sender)
+    if not isinstance(value, str) or not value or "/" in value or len(value) > MAX_NODE_ID:
+        raise ControlMessageError(f"{what} must be a node id of 1 to {MAX_NODE_ID} characters without '/', "
+                                  f"not {short(value)}", sender)
     return value if type(value) is str else str(value)
 
 
@@ -97,7 +107,8 @@ def _header(body: Any) -> tuple[str, int]:
     sender = body.get("id")
     pv = body.get("pv")
     instance = body.get("instance")
-    if type(sender) is str and sender and "/" not in sender and pv == PROTOCOL_VERSION and type(pv) is int \
+    if type(sender) is str and sender and "/" not in sender and len(sender) <= MAX_NODE_ID \
+            and pv == PROTOCOL_VERSION and type(pv) is int \
             and type(instance) is int and instance >= 0 and body.get("area", AREA) == AREA:
         return sender, instance  # the usual case, checked in one go
     sender = _node_id(sender, "'id'", None)
@@ -180,7 +191,7 @@ class LinkState:
         ls_seq = _int(ls, "ls_seq", sender)
         if type(peers_in) is dict and node not in peers_in \
                 and all(type(c) is int and c >= 1 for c in peers_in.values()) \
-                and all(type(p) is str and p and "/" not in p for p in peers_in):
+                and all(type(p) is str and p and "/" not in p and len(p) <= MAX_NODE_ID for p in peers_in):
             return cls(node, ls_seq, dict(peers_in))  # the usual case, checked in bulk
         peers: dict[str, int] = {}
         for peer, cost in peers_in.items():

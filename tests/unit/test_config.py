@@ -441,6 +441,11 @@ def test_invalid_node_id(node_id: str) -> None:
     assert_error(err, "node.id", f"invalid node id {node_id!r}", "letters, digits")
 
 
+def test_node_id_at_most_255_characters() -> None:
+    assert parse_config(with_changes(node={"id": "A" * 255}), "test.yaml").node_id == "A" * 255
+    assert_error(error_for(with_changes(node={"id": "A" * 256})), "node.id", "too long (256 characters")
+
+
 @pytest.mark.parametrize("level", ["verbose", "INFO", "warn", "critical"])
 def test_unknown_log_level(level: str) -> None:
     err = error_for(with_changes(node={"id": "A", "log_level": level}))

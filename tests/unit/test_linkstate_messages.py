@@ -76,6 +76,8 @@ def test_body_keys_match_the_protocol():
     ("MAR", {**HEAD}, "missing 'have_seq'"),
     ("BOGUS", {**HEAD}, "unknown opcode"),
     (None, {**HEAD}, "unknown opcode"),
+    ("RA", {**HEAD, "id": "R" * 256, "ls_seq": 1, "mobile_seq": 0}, "1 to 255 characters"),
+    ("LSU", {**HEAD, "ls_seq": 2, "ls": {"id": "R1", "ls_seq": 2, "peers": {"R" * 5000: 1}}}, "1 to 255"),
 ])
 def test_malformed_bodies_raise_control_message_error(opcode, body, reason):
     with pytest.raises(ControlMessageError, match=reason.replace("(", r"\(")) as err:
@@ -115,3 +117,9 @@ def test_building_an_inconsistent_mau_raises():
         MobileAddressUpdate("R1", 1, 1, add=("a",), delete=(), exist=("b",))
     with pytest.raises(ControlMessageError):
         MobileAddressUpdate("R1", 1, 1, add=("a",))
+
+
+def test_a_long_id_is_cut_short_in_the_error():
+    with pytest.raises(ControlMessageError) as err:
+        parse("RA", {**HEAD, "id": "X" * 5000, "ls_seq": 1, "mobile_seq": 0})
+    assert len(str(err.value)) < 250 and "(5002 characters)" in str(err.value)
