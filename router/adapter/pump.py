@@ -34,7 +34,7 @@ def flush_dirty(engine: object, write_interest: WriteInterest) -> None:
         return
     conns = tuple(dirty)
     dirty.clear()
-    if len(conns) > 1:
+    if len(conns) > 2:                  # (a pump with one producer and one consumer has nothing to order)
         conns = tuple(c for c in conns if c.router is not None) + tuple(c for c in conns if c.router is None)
     for conn in conns:
         if not conn.alive:

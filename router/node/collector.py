@@ -21,7 +21,7 @@ flight waits for them, on every node of the mesh.
   tick, in its pump; failing that, after ``MAX_WAIT`` seconds anyway.
 
 The node calls :meth:`tick` from a timer with its clock and the seconds it has spent working so far
-(``NodeServer.busy``); the pacer reads no clock itself.
+(the sum of its pump times, ``NodeServer.pump_latency.sum``); the pacer reads no clock itself.
 """
 
 from __future__ import annotations

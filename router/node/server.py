@@ -44,9 +44,10 @@ MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
 FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about connections refused for want of fds
-# Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: per loop iteration, once
-# READ_BUDGET seconds went to client input, the client connections whose last read took more than
-# HEAVY_READ wait for the next iteration (they are read first then); light ones and peers are always read.
+# Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: a client connection whose
+# last read took more than HEAVY_READ to handle is heavy; per loop iteration, once READ_BUDGET seconds went
+# to heavy reads, the other heavy connections wait for the next iteration (they are read first then).
+# Light connections and peers are always read at once, and cost the budget nothing (nor any bookkeeping).
 READ_BUDGET = 0.005
 HEAVY_READ = 0.001
 
@@ -100,7 +101,7 @@ class NodeServer:
         self.trimmer = Trimmer()        # freed memory back to the system after waves of connections
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
-        self._spent = 0.0                           # seconds of client input handled in this loop iteration
+        self._spent = 0.0                           # seconds of heavy reads handled in this loop iteration
         self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
         self._new_pass_scheduled = False
         self.reads_deferred = 0                     # reads put off by the budget (management: readsDeferred)
@@ -114,7 +115,7 @@ class NodeServer:
         self.metrics: object = None         # router.management.metrics.MetricsListener with `metrics:`
         # forwarding latency: input read -> every resulting output written, per batch of events
         self.pump_latency = Histogram(FORWARDING_BOUNDS)
-        self.busy = 0.0                 # seconds spent in the pump so far (the GC pacer's measure of load)
+        self._took = 0.0                # seconds the last pump took
         # garbage collection paced by the node (router.node.collector): set by router.launch for a node
         # that has its process to itself, None in a process shared with other code (tests)
         self.gc_pacer: GcPacer | None = None
@@ -414,13 +415,12 @@ class NodeServer:
     def _readable(self, conn: Connection) -> None:
         if not conn.alive:
             return
-        client = conn.router is None
-        if client and conn.heavy and self._spent >= READ_BUDGET:
+        if conn.heavy and self._spent >= READ_BUDGET:     # only client connections are ever heavy
             self.loop.remove_reader(conn.sock.fileno())    # read again first thing next iteration
             self._deferred.append(conn)
             self.reads_deferred += 1
             return
-        started = time.perf_counter()
+        now = time.monotonic()
         echo = conn.read()
         if conn.router is not None:         # a peer node sending anything is alive (HELLO or not)
             self.mesh.heard(conn)
@@ -431,14 +431,19 @@ class NodeServer:
         self.engine.dirty.add(conn)
         # Pump at once rather than on the next loop iteration: it saves a select() round per
         # request (RPC p50 95 µs instead of ~165 µs here) and reads stay large under load.
-        self._pump()
-        if client:
-            took = time.perf_counter() - started
-            conn.heavy = took > HEAVY_READ
-            self._spent += took
-            if not self._new_pass_scheduled:
-                self._new_pass_scheduled = True
-                self.loop.call_soon(self._new_pass)     # runs before the next iteration's reads
+        self._pump(now)
+        if self._took > HEAVY_READ:                     # the read's and the pump's time
+            if conn.router is None:
+                self._heavy_read(conn)
+        elif conn.heavy:
+            conn.heavy = False
+
+    def _heavy_read(self, conn: Connection) -> None:
+        conn.heavy = True
+        self._spent += self._took
+        if not self._new_pass_scheduled:
+            self._new_pass_scheduled = True
+            self.loop.call_soon(self._new_pass)         # runs before the next iteration's reads
 
     def _new_pass(self) -> None:
         """A new loop iteration: the read budget starts again, deferred connections are read first."""
@@ -461,11 +466,13 @@ class NodeServer:
             self._pump_scheduled = True
             self.loop.call_soon(self._pump)
 
-    def _pump(self) -> None:
-        """Handle all Proton events, apply credit, write output; once per loop iteration."""
+    def _pump(self, now: float | None = None) -> None:
+        """Handle all Proton events, apply credit, write output; once per loop iteration. `now`: when the
+        input that led to it was read (its decoding, in Proton, counts in the pass's time)."""
         self._pump_scheduled = False
         engine = self.engine
-        now = time.monotonic()                  # one clock read per batch: in-flight stamps, latency
+        if now is None:
+            now = time.monotonic()              # one clock read per batch: in-flight stamps, latency
         engine.core.tick(now)
         if engine.observer is not None:
             engine.observer.tick(now)
@@ -478,9 +485,8 @@ class NodeServer:
             self._notify_watchers()
         if engine.mesh_links.route_backlog:  # more route updates: after what the other sockets have
             self._schedule()
-        took = time.monotonic() - now
-        self.pump_latency.observe(took)
-        self.busy += took
+        self._took = took = time.monotonic() - now
+        self.pump_latency.observe(took)         # its sum: the seconds spent working (the GC pacer's load)
 
     # ---- address watches (the broker gateway follows its addresses' consumers) --------------------------
     def watch_address(self, address: str, callback: Callable[[], None]) -> Callable[[], None]:
@@ -579,7 +585,7 @@ class NodeServer:
     def _gc_tick(self) -> None:
         """Collect and freeze what survived since the last tick; a full collection when due and calm."""
         try:
-            self.gc_pacer.tick(time.monotonic(), self.busy)
+            self.gc_pacer.tick(time.monotonic(), self.pump_latency.sum)
         except Exception:
             log.exception("internal error in the garbage collection pacer")
         self._gc_handle = self.loop.call_later(GC_TICK, self._gc_tick)
