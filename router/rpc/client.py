@@ -1,13 +1,13 @@
 """`RpcClient`: calls, casts, fanout and notifications over one connection, from any number of threads.
 
-Why the event API: every caller thread shares one connection, one dynamic reply receiver and one set of
-sender links, so something must own Proton and multiplex. A ``proton.reactor.Container`` in a background
-thread (:class:`~router.rpc.loop.EventLoop`) does: caller threads hand each request to it through an
-``EventInjector`` and block on their own :class:`~router.rpc.demux.Waiter`; the loop sends when credit
-allows, reacts to outcomes (re-sending RELEASED messages after a backoff), routes each reply to its waiter by
-correlation-id and fires deadlines with the container's timers. The blocking API
-(``proton.utils.BlockingConnection``) runs the engine only inside the calling thread's ``receive``/``send``,
-so it cannot serve concurrent callers or deliver outcomes and replies while nobody is inside it.
+Why a loop thread: every caller thread shares one connection, one dynamic reply receiver and one set of
+sender links, so something must own Proton and multiplex. An :class:`~router.rpc.loop.EventLoop` in a
+background thread does, driving Proton-C directly (:mod:`~router.rpc.wire`): caller threads hand each
+request to it (:meth:`~router.rpc.loop.EventLoop.submit`) and block on their own
+:class:`~router.rpc.demux.Waiter`; the loop sends when credit allows, reacts to outcomes (re-sending RELEASED
+messages after a backoff), routes each reply to its waiter by correlation-id and fires deadlines with its
+timers. A blocking API (the caller drives the engine inside its own ``receive``/``send``) could not serve
+concurrent callers or deliver outcomes and replies while nobody is inside it.
 
 Per call: the request gets message-id ``<client prefix>:<n>`` and ``reply_to`` = the client's dynamic reply
 address, goes out on a sender link whose target is the call's address (credit comes only while a server
@@ -22,16 +22,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from proton import Condition, Connection, Delivery, Event, Link, Message
-from proton.reactor import Container
+from proton import Message
 
 from . import messages
-from .connection import ConnectionCore, describe
+from .connection import ConnectionCore
 from .credit import CreditWindow
 from .defaults import CALL_TIMEOUT, CONNECT_TIMEOUT, NOTIFY_TIMEOUT, REPLY_CREDIT
 from .demux import MessageIds, PendingCalls, Waiter
 from .errors import RpcConnectionError, RpcException, RpcTimeout
 from .sending import SendOp
+from .wire import ACCEPTED, RELEASED, Condition, Link, Wire, describe
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,16 @@ class _ClientCore(ConnectionCore):
         self.calls: dict[Any, SendOp] = {}      # message-id -> request op, loop thread only
         self.replies = 0
 
-    def open_links(self, container: Container, connection: Connection) -> None:
-        self.reply_receiver = container.create_receiver(connection, None, dynamic=True)
+    def open_links(self, wire: Wire) -> None:
+        self.reply_receiver = wire.open_receiver(None, dynamic=True)
 
     def _is_reply_link(self, link: Link) -> bool:
         return self.reply_receiver is not None and link.name == self.reply_receiver.name and link.is_receiver
 
-    def on_link_opened(self, event: Event) -> None:
-        link = event.link
+    def on_link_opened(self, link: Link) -> None:
         if not self._is_reply_link(link) or self.reply_to is not None:
             return
-        address = link.remote_source.address if link.remote_source else None
+        address = link.remote_source_address
         if not address:
             self.lost("the router assigned no dynamic reply address")
             return
@@ -74,18 +73,19 @@ class _ClientCore(ConnectionCore):
         if self._is_reply_link(link):
             self.lost(f"reply receiver closed by the router: {describe(condition) or 'no condition'}")
 
-    def on_message(self, event: Event) -> None:
-        dlv = event.delivery
-        if not self._is_reply_link(event.link):
-            dlv.update(Delivery.RELEASED)
-            dlv.settle()
+    def on_message(self, link: Link, delivery: Any, data: bytes, settled: bool) -> None:
+        if not self._is_reply_link(link):
+            self.wire.settle(delivery, RELEASED)
             return
-        if not dlv.settled:
-            dlv.update(Delivery.ACCEPTED)
-        dlv.settle()
-        self.credit.on_delivery(event.link, settled=True)
+        self.wire.settle(delivery, None if settled else ACCEPTED)
+        self.credit.on_delivery(link, settled=True)
         self.replies += 1
-        msg: Message = event.message
+        msg = Message()
+        try:
+            msg.decode(data)
+        except Exception as exc:          # noqa: BLE001 - a reply we cannot read matches no call
+            log.warning("%s: undecodable reply dropped: %s", self.name, exc)
+            return
         cid = msg.correlation_id
         op = self.calls.pop(cid, None)
         if op is not None:

@@ -27,14 +27,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from proton import Condition, Connection, Delivery, Endpoint, Event, Link, Message
-from proton.reactor import Container
+from proton import Message
 
-from .connection import ConnectionCore, describe
+from .connection import ConnectionCore
 from .credit import CreditWindow
 from .errors import Requeue, RpcConnectionError, RpcException
 from .sending import SendOp
+from .wire import ACCEPTED, REJECTED, RELEASED, Condition, Link, Wire, describe
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ Process = Callable[[Message], "Message | bytes | None"]
 
 @dataclass(eq=False)
 class _Job:
-    delivery: Delivery
+    link: Link
+    delivery: Any                   # pn_delivery_t*
     message: Message
     presettled: bool
     cancelled: bool = False       # released by a stop before a worker picked it up
@@ -72,11 +74,10 @@ class ConsumerCore(ConnectionCore):
         self._waiting_lock = threading.Lock()
 
     # ---- links
-    def open_links(self, container: Container, connection: Connection) -> None:
-        self.receiver = container.create_receiver(connection, self.address)
+    def open_links(self, wire: Wire) -> None:
+        self.receiver = wire.open_receiver(self.address)
 
-    def on_link_opened(self, event: Event) -> None:
-        link = event.link
+    def on_link_opened(self, link: Link) -> None:
         if self.receiver is not None and link.name == self.receiver.name and link.is_receiver:
             self.credit.open(link)
             self.mark_ready()
@@ -87,13 +88,21 @@ class ConsumerCore(ConnectionCore):
             self.lost(f"receiver on {self.address} closed by the router: {why}")
 
     # ---- messages
-    def on_message(self, event: Event) -> None:
-        dlv = event.delivery
-        job = _Job(dlv, event.message, presettled=dlv.settled)
+    def on_message(self, link: Link, delivery: Any, data: bytes, settled: bool) -> None:
+        message = Message()
+        try:
+            message.decode(data)
+        except Exception as exc:          # noqa: BLE001 - not a message: refuse it, never hand it on
+            log.warning("%s: undecodable message on %s rejected: %s", self.name, self.address, exc)
+            self.credit.on_delivery(link, settled=True)
+            if not settled:
+                self.wire.settle(delivery, REJECTED)
+            return
+        job = _Job(link, delivery, message, presettled=settled)
         self.received += 1
-        self.credit.on_delivery(event.link, settled=job.presettled)
+        self.credit.on_delivery(link, settled=job.presettled)
         if self.stopping:
-            self._settle(job, Delivery.RELEASED)
+            self._settle(job, RELEASED)
             return
         self.in_progress += 1
         if self.executor is None:
@@ -116,16 +125,16 @@ class ConsumerCore(ConnectionCore):
     def _run(self, job: _Job) -> tuple[int, bytes | None]:
         """The outcome and the encoded reply (if any) for one message; never raises."""
         if self.stopping:
-            return Delivery.RELEASED, None
+            return RELEASED, None
         try:
             reply = self.process(job.message)
             payload = reply.encode() if isinstance(reply, Message) else reply
-            return Delivery.ACCEPTED, payload
+            return ACCEPTED, payload
         except Requeue:
-            return Delivery.RELEASED, None
+            return RELEASED, None
         except Exception:
             log.exception("%s: processing a message from %s failed", self.name, self.address)
-            return Delivery.ACCEPTED, None
+            return ACCEPTED, None
 
     def _complete(self, job: _Job, outcome: int, reply: bytes | None) -> None:
         """Loop thread: send the reply, then settle the request."""
@@ -142,15 +151,14 @@ class ConsumerCore(ConnectionCore):
             log.error("%s: %s", self.name, error)
 
     def _settle(self, job: _Job, outcome: int) -> None:
-        if outcome == Delivery.RELEASED:
+        if outcome == RELEASED:
             self.released += 1
         else:
             self.accepted += 1
         if not job.presettled:
-            link = job.delivery.link
-            if link.state & Endpoint.LOCAL_ACTIVE and link.state & Endpoint.REMOTE_ACTIVE:
-                job.delivery.update(outcome)
-                job.delivery.settle()
+            link = job.link
+            if link.active:
+                self.wire.settle(job.delivery, outcome)
                 self.credit.on_settled(link)
 
     # ---- stopping
@@ -159,15 +167,16 @@ class ConsumerCore(ConnectionCore):
         self.stopping = True
         self.credit.freeze()
         link = self.receiver
-        if link is not None and link.state & Endpoint.LOCAL_ACTIVE and link.credit > 0:
+        if link is not None and link.local_active and link.credit > 0:
             link.drain(0)
+            self.wire.dirty = True
         with self._waiting_lock:
             not_started = list(self._waiting)
             self._waiting.clear()
             for job in not_started:
                 job.cancelled = True
         for job in not_started:
-            self._complete(job, Delivery.RELEASED, None)
+            self._complete(job, RELEASED, None)
 
     def idle(self) -> bool:
         """Nothing running and every reply settled (loop thread)."""

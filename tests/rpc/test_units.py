@@ -216,22 +216,18 @@ class _FakeLink:
 
 
 class _FakeDelivery:
+    """Stands for a pn_delivery_t*: the core hands it to ``wire.settle`` with the state it chose."""
+
     def __init__(self) -> None:
         self.settled = False
         self.state: int | None = None
-
-    def update(self, state: int) -> None:
-        self.state = state
-
-    def settle(self) -> None:
-        self.settled = True
 
 
 class _FakeEvent:
     def __init__(self, link: _FakeLink, message: Message) -> None:
         self.link = link
         self.delivery = _FakeDelivery()
-        self.message = message
+        self.data = bytes(message.encode())
 
 
 def test_client_core_routes_replies_by_correlation_id():
@@ -260,8 +256,13 @@ def test_client_core_routes_replies_by_correlation_id():
         core.calls[mid] = op
     events = [_FakeEvent(link, Message(body=f"r{n}", correlation_id=f"p:{n}")) for n in (3, 1)]
     events.append(_FakeEvent(link, Message(body="stray", correlation_id="other:9")))
+
+    def settle(delivery: _FakeDelivery, state: int | None) -> None:
+        delivery.state, delivery.settled = state, True
+
+    core.wire.settle = settle
     for ev in events:
-        core.on_message(ev)
+        core.on_message(ev.link, ev.delivery, ev.data, False)
     assert all(ev.delivery.settled and ev.delivery.state == Delivery.ACCEPTED for ev in events)
     assert waiters["p:3"].result().body == "r3" and waiters["p:1"].result().body == "r1"
     assert not waiters["p:2"].done and set(core.calls) == {"p:2"}
@@ -269,6 +270,6 @@ def test_client_core_routes_replies_by_correlation_id():
     assert pending.late_replies == 1 and core.replies == 3
     # a reply on some other receiver is not a reply: released, never matched
     other = _FakeEvent(_FakeLink("not-the-reply-link"), Message(body="x", correlation_id="p:2"))
-    core.on_message(other)
+    core.on_message(other.link, other.delivery, other.data, False)
     assert other.delivery.state == Delivery.RELEASED and not waiters["p:2"].done
     assert core.loop.stop()                  # never started: just closes its wake-up pipe
