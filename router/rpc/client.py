@@ -77,7 +77,7 @@ class _ClientCore(ConnectionCore):
         if not self._is_reply_link(link):
             self.wire.settle(delivery, RELEASED)
             return
-        self.wire.settle(delivery, None if settled else ACCEPTED)
+        self.wire.settle(delivery, None if settled else ACCEPTED, lazy=True)
         self.credit.on_delivery(link, settled=True)
         self.replies += 1
         msg = Message()
@@ -221,7 +221,7 @@ class RpcClient:
         deadline = time.monotonic() + timeout
         waiter = self._pending.add(message_id)
         start = lambda: self._core.start_call(message_id, address, payload, deadline, timeout, retry)  # noqa: E731
-        if not self._loop.submit(start):
+        if not self._loop.call_soon(start):
             self._pending.discard(message_id)
             raise self._core.error or RpcConnectionError(f"{self._core.name}: closed")
         if not waiter.wait(timeout + SAFETY):
@@ -262,7 +262,7 @@ class RpcClient:
         deadline = time.monotonic() + timeout
         waiter = Waiter()
         start = lambda: self._core.start_send(address, payload, deadline, timeout, retry, waiter, label)  # noqa: E731
-        if not self._loop.submit(start):
+        if not self._loop.call_soon(start):
             raise self._core.error or RpcConnectionError(f"{self._core.name}: closed")
         if not waiter.wait(timeout + SAFETY):
             waiter.set_exception(RpcTimeout(f"{label} to {address}: no outcome within {timeout:g} s"))

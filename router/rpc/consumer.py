@@ -119,7 +119,7 @@ class ConsumerCore(ConnectionCore):
                 return
             self._waiting.discard(job)
         verdict = self._run(job)
-        if not self.loop.submit(lambda: self._complete(job, *verdict)):
+        if not self.loop.call_soon(lambda: self._complete(job, *verdict)):
             log.debug("%s: loop stopped, result for a request dropped", self.name)
 
     def _run(self, job: _Job) -> tuple[int, bytes | None]:

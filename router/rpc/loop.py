@@ -30,6 +30,7 @@ from .demux import Waiter
 
 log = logging.getLogger(__name__)
 
+INF = float("inf")
 STOP_GRACE = 2.0   # seconds the loop waits for a polite connection close before it stops regardless
 
 
@@ -79,6 +80,11 @@ class EventLoop:
         self._halted = False
         self._sleeping = False          # the loop is in (or about to enter) select: a task must wake it
         self._woken = False             # a wake-up byte is in the pipe
+        # Held by whoever drives the engine: the loop thread, except while it waits in select, when a
+        # caller thread may take it to run its task at once (see call_soon)
+        self._engine = threading.Lock()
+        self._wake_at = INF             # when the sleeping loop will wake up by itself (its next timer)
+        self._ended = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -91,6 +97,7 @@ class EventLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        self._engine.acquire()
         try:
             if self.on_start is not None:
                 self.on_start()
@@ -101,16 +108,21 @@ class EventLoop:
         finally:
             with self._lock:
                 self._closing = True
-            self._run_leftovers()
-            if self.on_end is not None:
-                try:
-                    self.on_end()
-                except Exception:
-                    log.exception("router.rpc: end of loop %s failed", self.name)
-            self._finished.set()
+            try:
+                self._run_leftovers()
+                if self.on_end is not None:
+                    try:
+                        self.on_end()
+                    except Exception:
+                        log.exception("router.rpc: end of loop %s failed", self.name)
+            finally:
+                self._ended = True
+                self._engine.release()
+                self._finished.set()
 
     def _loop(self) -> None:
         tasks, timers, lock, select = self._tasks, self._timers, self._lock, self.selector.select
+        engine = self._engine
         while not self._halted:
             while tasks:
                 fn = tasks.popleft()
@@ -125,14 +137,20 @@ class EventLoop:
             if self._halted:
                 break
             timeout = None
+            self._wake_at = INF
             if timers:
-                timeout = max(0.0, timers[0][0] - time.monotonic())
+                self._wake_at = timers[0][0]
+                timeout = max(0.0, self._wake_at - time.monotonic())
             with lock:
                 if tasks:
                     timeout = 0.0
                 else:
                     self._sleeping = True
-            events = select(timeout)
+            engine.release()                # callers may drive the engine themselves meanwhile
+            try:
+                events = select(timeout)
+            finally:
+                engine.acquire()
             with lock:
                 self._sleeping = False
                 woken, self._woken = self._woken, False
@@ -181,7 +199,7 @@ class EventLoop:
         return self._closing
 
     def in_loop(self) -> bool:
-        """True when called from the loop thread."""
+        """True when called from the loop thread (or from a thread driving the engine for it)."""
         return threading.current_thread() is self._thread
 
     def stop(self, on_stop: Callable[[], None] | None = None, timeout: float = 5.0) -> bool:
@@ -253,6 +271,40 @@ class EventLoop:
                 return False
             self._push(fn)
         return True
+
+    def call_soon(self, fn: Callable[[], Any]) -> bool:
+        """Run ``fn()`` now in this thread if the loop is idle (waiting in ``select``), else hand it to the
+        loop like :meth:`submit`. False if the loop is stopping or stopped (``fn`` never runs).
+
+        The direct path saves two thread switches per request (the wake-up of the loop thread and the
+        loop's hand-back). It holds the engine lock, so Proton is still driven by one thread at a time;
+        ``before_sleep`` runs afterwards (the output is written now) and the loop is woken if ``fn``
+        scheduled a timer earlier than the one it sleeps for.
+        """
+        if self.in_loop():
+            fn()
+            return True
+        if not self._engine.acquire(blocking=False):
+            return self.submit(fn)
+        try:
+            if self._closing or self._ended or not self._sleeping:
+                # stopping, or the loop has not reached select yet (a task of ours may still be queued
+                # there: keep the order) -> the queue
+                return self.submit(fn)
+            try:
+                fn()
+            finally:
+                if self.before_sleep is not None:
+                    self.before_sleep()
+            timers = self._timers
+            if self._halted or (timers and timers[0][0] < self._wake_at):
+                with self._lock:
+                    if self._sleeping and not self._woken:
+                        self._woken = True
+                        os.write(self._wake_w, b"x")
+            return True
+        finally:
+            self._engine.release()
 
     def run_sync(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Run ``fn()`` on the loop thread and return its result (or raise its exception). Raises

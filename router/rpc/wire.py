@@ -33,6 +33,7 @@ from cproton_ffi.lib import (
     PN_LOCAL_ACTIVE,
     PN_REMOTE_ACTIVE,
     PN_SESSION_REMOTE_CLOSE,
+    PN_TRANSPORT,
     PN_TRANSPORT_CLOSED,
     PN_TRANSPORT_ERROR,
     pn_collector,
@@ -118,6 +119,8 @@ from .loop import EventLoop, Timer
 log = logging.getLogger(__name__)
 
 IO_CHUNK = 64 * 1024
+LAZY_FLUSH = 0.002      # seconds a lazy disposition may wait for other output
+QUIET = frozenset((PN_DELIVERY, PN_LINK_FLOW, PN_TRANSPORT))   # events whose output may wait (if lazy)
 ACCEPTED, REJECTED, RELEASED, MODIFIED = 0x24, 0x25, 0x26, 0x27    # as proton.Delivery's constants
 OUTCOMES = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
 
@@ -211,12 +214,15 @@ class Link:
 
     def flow(self, n: int) -> None:
         pn_link_flow(self.pn, n)
+        self.wire.dirty = True
 
     def drain(self, n: int) -> None:
         pn_link_drain(self.pn, n)
+        self.wire.dirty = True
 
     def drained(self) -> None:
         pn_link_drained(self.pn)
+        self.wire.dirty = True
 
     def send(self, tag: bytes, payload: bytes) -> Any:
         """Send one whole message; the delivery pointer (the key of its outcome)."""
@@ -246,7 +252,9 @@ class Wire:
         self.container_id = container_id
         self.sock: socket.socket | None = None
         self.links: dict[Any, Link] = {}          # pn_link_t* -> Link
-        self.dirty = False                         # Proton may have output or events
+        self.dirty = False                         # output to write at once
+        self.lazy = False                          # output that may wait up to LAZY_FLUSH s
+        self._lazy_timer: Timer | None = None
         self.want_write = False
         self.closed = False                        # the transport is done (socket closed)
         self._collector = pn_collector()
@@ -333,13 +341,17 @@ class Wire:
         self.dirty = True
         return True
 
-    def settle(self, delivery: Any, state: int | None) -> None:
+    def settle(self, delivery: Any, state: int | None, lazy: bool = False) -> None:
         """Settle an incoming delivery with ``state`` (ACCEPTED, RELEASED, ...; None: no state, for a
-        delivery the peer settled already)."""
+        delivery the peer settled already). ``lazy``: the disposition may wait a little for other output
+        (a client's replies: nobody waits for their outcome)."""
         if state is not None:
             pn_delivery_update(delivery, state)
         pn_delivery_settle(delivery)
-        self.dirty = True
+        if lazy:
+            self.lazy = True
+        else:
+            self.dirty = True
 
     # ---- I/O
     def _on_io(self, mask: int) -> None:
@@ -367,9 +379,9 @@ class Wire:
         if n == 0:
             pn_transport_close_tail(t)
             self._unwatch_read()
+            self.dirty = True
         else:
             pn_transport_push(t, self._rbuf_c, n)
-        self.dirty = True
 
     def _unwatch_read(self) -> None:
         if self.sock is not None:
@@ -413,19 +425,34 @@ class Wire:
                 pass
 
     def pump(self) -> None:
-        """Handle Proton's events and write its output (the loop's ``before_sleep``)."""
+        """Handle Proton's events and write its output (the loop's ``before_sleep``).
+
+        Output is written at once unless all it holds is lazy (settlements of replies, see
+        :meth:`settle`): that waits up to ``LAZY_FLUSH`` s for something urgent to go with it (a caller's
+        next request, usually), which saves a write here and a wake-up in the router and the server."""
         if self._transport is None:
             return
-        self.dirty = False
         for _ in range(8):          # writing can raise events (e.g. transport closed): go round again
             self._process()
             if self._transport is None:
                 return
-            self._flush()
+            if self.lazy and not self.dirty:
+                if self._lazy_timer is None:
+                    self._lazy_timer = self.loop.call_later(LAZY_FLUSH, self._lazy_flush)
+            else:
+                self.dirty = self.lazy = False
+                if self._lazy_timer is not None:
+                    self._lazy_timer.cancel()
+                    self._lazy_timer = None
+                self._flush()
             if pn_collector_peek(self._collector) == ffi.NULL:
                 break
         if self._tick_timer is None and self._transport is not None:
             self._tick()
+
+    def _lazy_flush(self) -> None:
+        self._lazy_timer = None
+        self.dirty = True
 
     def _tick(self) -> None:
         """Idle-timeout processing: heartbeats out, a silent peer detected."""
@@ -448,6 +475,8 @@ class Wire:
             if ev == ffi.NULL:
                 return
             typ = pn_event_type(ev)
+            if typ not in QUIET:
+                self.dirty = True       # anything but messages, outcomes and credit: answer at once
             if typ == PN_DELIVERY:
                 dlv = pn_event_delivery(ev)
                 link = links.get(pn_delivery_link(dlv))
@@ -524,16 +553,16 @@ class Wire:
         got = pn_link_recv(link.pn, self._recv_buf_c, n) if n > 0 else 0
         data = bytes(self._recv_buf[:got]) if got > 0 else b""
         pn_link_advance(link.pn)
-        self.dirty = True
         self.handler.on_message(link, dlv, data, bool(pn_delivery_settled(dlv)))
 
     # ---- the end
     def free(self) -> None:
         """Close the socket and release the Proton objects (loop thread, once the transport is done or
         the loop ended)."""
-        if self._tick_timer is not None:
-            self._tick_timer.cancel()
-            self._tick_timer = None
+        for timer in (self._tick_timer, self._lazy_timer):
+            if timer is not None:
+                timer.cancel()
+        self._tick_timer = self._lazy_timer = None
         if self.sock is not None and not self.closed:
             if self._transport is not None:
                 try:

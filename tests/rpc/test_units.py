@@ -257,7 +257,7 @@ def test_client_core_routes_replies_by_correlation_id():
     events = [_FakeEvent(link, Message(body=f"r{n}", correlation_id=f"p:{n}")) for n in (3, 1)]
     events.append(_FakeEvent(link, Message(body="stray", correlation_id="other:9")))
 
-    def settle(delivery: _FakeDelivery, state: int | None) -> None:
+    def settle(delivery: _FakeDelivery, state: int | None, lazy: bool = False) -> None:
         delivery.state, delivery.settled = state, True
 
     core.wire.settle = settle
