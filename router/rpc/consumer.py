@@ -22,10 +22,10 @@ finish and are answered while the stop timeout lasts.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,64 @@ class _Job:
     cancelled: bool = False       # released by a stop before a worker picked it up
 
 
+class WorkerPool:
+    """``size`` daemon threads running ``fn(arg)`` jobs from one queue, started on the first job.
+
+    Lighter than ``concurrent.futures.ThreadPoolExecutor`` (no future, no work item, no idle semaphore
+    per job): a job is one ``SimpleQueue.put`` and wakes one idle thread.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self.size = size
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[[Any], None], Any] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[[Any], None], arg: Any) -> bool:
+        """Queue ``fn(arg)``; False once the pool is shut down."""
+        if self._closed:
+            return False
+        if not self._threads:
+            self._start()
+        self._queue.put((fn, arg))
+        return True
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._threads or self._closed:
+                return
+            for i in range(self.size):
+                t = threading.Thread(target=self._work, name=f"{self.name}_{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            fn, arg = item
+            try:
+                fn(arg)
+            except Exception:
+                log.exception("%s: job %r failed", self.name, fn)
+
+    def shutdown(self) -> None:
+        """Drop the jobs not started and end the threads once their current job is done."""
+        with self._lock:
+            self._closed = True
+            while True:
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            for _ in self._threads:
+                self._queue.put(None)
+
+
 class ConsumerCore(ConnectionCore):
     """Receives from ``address``, runs ``process`` per message, sends replies, settles."""
 
@@ -61,8 +119,7 @@ class ConsumerCore(ConnectionCore):
         self.process = process
         self.credit = CreditWindow(credit, f"{name} receiver {address}")
         self.reply_timeout = reply_timeout
-        self.executor = (ThreadPoolExecutor(workers, thread_name_prefix=f"{name}-worker")
-                         if workers > 0 else None)
+        self.executor = WorkerPool(workers, f"{name}-worker") if workers > 0 else None
         self.receiver: Link | None = None
         self.stopping = False                   # read by worker threads
         self.in_progress = 0                    # loop thread writes; others only read
@@ -110,7 +167,10 @@ class ConsumerCore(ConnectionCore):
         else:
             with self._waiting_lock:
                 self._waiting.add(job)
-            self.executor.submit(self._work, job)
+            if not self.executor.submit(self._work, job):
+                with self._waiting_lock:
+                    self._waiting.discard(job)
+                self._complete(job, RELEASED, None)
 
     def _work(self, job: _Job) -> None:
         """Worker thread: run the handler, hand the verdict back to the loop."""
@@ -185,7 +245,7 @@ class ConsumerCore(ConnectionCore):
     def shutdown(self) -> None:
         super().shutdown()
         if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor.shutdown()
 
     def stats(self) -> dict[str, object]:
         """Counters (loop thread; from another thread only once the loop has ended)."""
@@ -260,7 +320,7 @@ class Consumer:
     def _stop_loop(self, timeout: float) -> None:
         self._loop.stop(self._core.shutdown, timeout=timeout)
         if self._core.executor is not None:
-            self._core.executor.shutdown(wait=False, cancel_futures=True)
+            self._core.executor.shutdown()
 
     def stats(self, timeout: float = 5.0) -> dict[str, object]:
         """Counters of this consumer (for tests and monitoring)."""

@@ -156,6 +156,9 @@ class Outcome:
         self.condition = condition
 
 
+_ACCEPTED = Outcome(ACCEPTED, False, False, None)
+
+
 class WireHandler(Protocol):
     """What a :class:`Wire` reports (loop thread)."""
 
@@ -529,7 +532,10 @@ class Wire:
         if not pn_delivery_updated(dlv):
             return
         state = pn_delivery_remote_state(dlv)
-        if state in OUTCOMES:
+        if state == ACCEPTED:
+            self.handler.on_outcome(link, dlv, _ACCEPTED)
+            pn_delivery_settle(dlv)
+        elif state in OUTCOMES:
             disp = pn_delivery_remote(dlv)
             outcome = Outcome(state, bool(pn_disposition_is_failed(disp)),
                               bool(pn_disposition_is_undeliverable(disp)),
