@@ -217,7 +217,7 @@ class RpcClient:
         timeout = self.timeout if timeout is None else timeout
         retry = self.retry_modified if retry_modified is None else retry_modified
         message_id = self._ids.next()
-        payload = messages.request(address, body, message_id, self.reply_to, properties).encode()
+        payload = messages.encode_request(address, body, message_id, self.reply_to, properties)
         deadline = time.monotonic() + timeout
         waiter = self._pending.add(message_id)
         start = lambda: self._core.start_call(message_id, address, payload, deadline, timeout, retry)  # noqa: E731
@@ -233,8 +233,8 @@ class RpcClient:
         """Send ``body`` to ``address`` without a reply; return once a consumer ACCEPTED it (raise
         :class:`RpcTimeout` or :class:`RpcUndeliverable` otherwise)."""
         message_id = self._ids.next()
-        msg = messages.request(address, body, message_id, None, properties)
-        self._send(address, msg, timeout, retry_modified, "cast")
+        payload = messages.encode_request(address, body, message_id, None, properties)
+        self._send(address, payload, timeout, retry_modified, "cast")
 
     def fanout(self, address: str, body: Any, timeout: float | None = None,
                properties: Mapping[str, Any] | None = None) -> None:
@@ -242,8 +242,8 @@ class RpcClient:
         every copy has an outcome and reports the strongest (REJECTED > ACCEPTED > MODIFIED > RELEASED), so
         this returns once at least one consumer accepted and none rejected."""
         message_id = self._ids.next()
-        msg = messages.request(address, body, message_id, None, properties)
-        self._send(address, msg, timeout, False, "fanout")
+        payload = messages.encode_request(address, body, message_id, None, properties)
+        self._send(address, payload, timeout, False, "fanout")
 
     def notify(self, address: str, event_type: str, payload: Any, priority: str = "info",
                timeout: float | None = None, publisher_id: str | None = None,
@@ -252,13 +252,13 @@ class RpcClient:
         accept it. The mesh stores nothing: with no listener this ends in :class:`RpcTimeout` (default
         timeout: the seed's 30 s)."""
         msg = messages.notification(address, event_type, payload, priority, publisher_id, properties)
-        self._send(address, msg, NOTIFY_TIMEOUT if timeout is None else timeout, False, "notification")
+        self._send(address, bytes(msg.encode()), NOTIFY_TIMEOUT if timeout is None else timeout, False,
+                   "notification")
 
-    def _send(self, address: str, msg: Message, timeout: float | None, retry_modified: bool | None,
+    def _send(self, address: str, payload: bytes, timeout: float | None, retry_modified: bool | None,
               label: str) -> None:
         timeout = self.timeout if timeout is None else timeout
         retry = self.retry_modified if retry_modified is None else retry_modified
-        payload = msg.encode()
         deadline = time.monotonic() + timeout
         waiter = Waiter()
         start = lambda: self._core.start_send(address, payload, deadline, timeout, retry, waiter, label)  # noqa: E731

@@ -72,7 +72,7 @@ class RpcServer(Consumer):
             self._count("served")
             return None
         try:
-            payload = messages.reply(request, result).encode()
+            payload = messages.encode_reply(request, result)
         except Exception as exc:           # the result is not AMQP-encodable
             self._count("failed")
             return messages.error_reply(request, TypeError(f"reply not encodable: {exc}")).encode()

@@ -443,10 +443,7 @@ class Wire:
                 if self._lazy_timer is None:
                     self._lazy_timer = self.loop.call_later(LAZY_FLUSH, self._lazy_flush)
             else:
-                self.dirty = self.lazy = False
-                if self._lazy_timer is not None:
-                    self._lazy_timer.cancel()
-                    self._lazy_timer = None
+                self.dirty = self.lazy = False      # (an armed lazy timer finds nothing to do)
                 self._flush()
             if pn_collector_peek(self._collector) == ffi.NULL:
                 break
@@ -455,7 +452,8 @@ class Wire:
 
     def _lazy_flush(self) -> None:
         self._lazy_timer = None
-        self.dirty = True
+        if self.lazy:
+            self.dirty = True
 
     def _tick(self) -> None:
         """Idle-timeout processing: heartbeats out, a silent peer detected."""
