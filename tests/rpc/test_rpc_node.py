@@ -427,3 +427,17 @@ def test_node_dying_fails_calls_with_connection_error(rpc_node, rpc):
             future.result(TIMEOUT)
     gate.set()
     assert not client.connected
+
+
+def test_idle_client_and_server_keep_their_connections_with_heartbeats(node_factory, rpc):
+    """The node drops a connection that says nothing for its idle timeout (here 1 s); router.rpc drives
+    Proton's idle-timeout ticks itself, so an idle client and server stay connected."""
+    from tests.support.nodes import MESH_RULES
+
+    node = node_factory("A", rules=MESH_RULES, idle_timeout=1)
+    rpc.server(node.url, "balanced/idle", echo)
+    client = rpc.client(node.url)
+    assert client.call("balanced/idle", "before") == "echo: before"
+    time.sleep(3.5)
+    assert client.connected
+    assert client.call("balanced/idle", "after") == "echo: after"
