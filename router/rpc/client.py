@@ -166,6 +166,7 @@ class RpcClient:
         self._pending = PendingCalls()
         self._ids = MessageIds()
         self._core = _ClientCore(url, name, reply_credit, self._pending, max_links)
+        self._core.connect_timeout = connect_timeout        # the TCP connect's own limit
         self._loop = self._core.loop
         self._loop.start()
         if not self._core.ready.wait(connect_timeout) or self._core.error is not None:

@@ -290,6 +290,7 @@ class Consumer:
         if self._started:
             return
         self._started = True
+        self._core.connect_timeout = timeout                # the TCP connect's own limit
         self._loop.start()
         if not self._core.ready.wait(timeout) or self._core.error is not None:
             why = self._core.error or f"{self._core.url}: not attached to {self.address} within {timeout:g} s"
