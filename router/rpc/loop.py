@@ -293,6 +293,8 @@ class EventLoop:
                 return self.submit(fn)
             try:
                 fn()
+            except Exception:           # as on the loop thread: logged, never raised into the caller
+                log.exception("router.rpc: task %r failed", fn)
             finally:
                 if self.before_sleep is not None:
                     self.before_sleep()
