@@ -90,6 +90,9 @@ class _ClientCore(ConnectionCore):
         op = self.calls.pop(cid, None)
         if op is not None:
             self.outbox.forget(op)
+        self.loop.defer(self._resolve, cid, msg)        # the caller wakes once the engine is released
+
+    def _resolve(self, cid: Any, msg: Message) -> None:
         if not self.pending.resolve(cid, msg):
             log.debug("%s: reply for %r that nobody waits for (late or duplicate)", self.name, cid)
 
@@ -116,7 +119,7 @@ class _ClientCore(ConnectionCore):
                    waiter: Waiter, label: str) -> None:
         def done(op: SendOp, error: RpcException | None) -> None:
             if error is None:
-                waiter.set_result(None)
+                self.loop.defer(waiter.set_result, None)
             else:
                 waiter.set_exception(error)
 

@@ -167,10 +167,16 @@ class ConsumerCore(ConnectionCore):
         else:
             with self._waiting_lock:
                 self._waiting.add(job)
-            if not self.executor.submit(self._work, job):
-                with self._waiting_lock:
-                    self._waiting.discard(job)
-                self._complete(job, RELEASED, None)
+            self.loop.defer(self._dispatch, job)      # a worker wakes once the engine is released
+
+    def _dispatch(self, job: _Job) -> None:
+        """Hand a job to the pool (outside the engine: no Proton here)."""
+        assert self.executor is not None
+        if not self.executor.submit(self._work, job):
+            with self._waiting_lock:
+                self._waiting.discard(job)
+            if not self.loop.submit(lambda: self._complete(job, RELEASED, None)):
+                log.debug("%s: loop stopped, a request not handed to a worker dropped", self.name)
 
     def _work(self, job: _Job) -> None:
         """Worker thread: run the handler, hand the verdict back to the loop."""

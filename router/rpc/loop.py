@@ -85,6 +85,7 @@ class EventLoop:
         self._engine = threading.Lock()
         self._wake_at = INF             # when the sleeping loop will wake up by itself (its next timer)
         self._ended = False
+        self._deferred: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []   # see defer()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)
@@ -117,7 +118,9 @@ class EventLoop:
                         log.exception("router.rpc: end of loop %s failed", self.name)
             finally:
                 self._ended = True
+                deferred, self._deferred = self._deferred, []
                 self._engine.release()
+                self._run_deferred(deferred)
                 self._finished.set()
 
     def _loop(self) -> None:
@@ -146,7 +149,12 @@ class EventLoop:
                     timeout = 0.0
                 else:
                     self._sleeping = True
+            deferred = self._deferred
+            if deferred:
+                self._deferred = []
             engine.release()                # callers may drive the engine themselves meanwhile
+            if deferred:
+                self._run_deferred(deferred)
             try:
                 events = select(timeout)
             finally:
@@ -306,7 +314,25 @@ class EventLoop:
                         os.write(self._wake_w, b"x")
             return True
         finally:
+            deferred, self._deferred = self._deferred, []
             self._engine.release()
+            if deferred:
+                self._run_deferred(deferred)
+
+    def defer(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` once the engine is released at the end of this turn (loop thread, or a thread
+        on the direct path): for waking other threads. Woken while the engine's thread still runs Python,
+        a thread would only wake up again to wait for the GIL; woken just before the loop waits in
+        ``select`` (which releases the GIL), it runs at once. ``fn`` must not touch Proton."""
+        self._deferred.append((fn, args))
+
+    @staticmethod
+    def _run_deferred(deferred: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+        for fn, args in deferred:
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("router.rpc: deferred %r failed", fn)
 
     def run_sync(self, fn: Callable[[], Any], timeout: float = 5.0) -> Any:
         """Run ``fn()`` on the loop thread and return its result (or raise its exception). Raises

@@ -313,8 +313,15 @@ def test_client_core_routes_replies_by_correlation_id():
         delivery.state, delivery.settled = state, True
 
     core.wire.settle = settle
+
+    def end_of_turn() -> None:          # what the loop does once it releases the engine: wake callers
+        deferred, core.loop._deferred = core.loop._deferred, []
+        core.loop._run_deferred(deferred)
+
     for ev in events:
         core.on_message(ev.link, ev.delivery, ev.data, False)
+    assert not any(w.done for w in waiters.values())       # nobody woken while the engine is held
+    end_of_turn()
     assert all(ev.delivery.settled and ev.delivery.state == Delivery.ACCEPTED for ev in events)
     assert waiters["p:3"].result().body == "r3" and waiters["p:1"].result().body == "r1"
     assert not waiters["p:2"].done and set(core.calls) == {"p:2"}
@@ -323,5 +330,6 @@ def test_client_core_routes_replies_by_correlation_id():
     # a reply on some other receiver is not a reply: released, never matched
     other = _FakeEvent(_FakeLink("not-the-reply-link"), Message(body="x", correlation_id="p:2"))
     core.on_message(other.link, other.delivery, other.data, False)
+    end_of_turn()
     assert other.delivery.state == Delivery.RELEASED and not waiters["p:2"].done
     assert core.loop.stop()                  # never started: just closes its wake-up pipe
