@@ -57,8 +57,9 @@ def main() -> int:
                 loads.append(os.getloadavg()[0])
                 for r in one_run(tree, a, tmp / f"{label}-{i}.json"):
                     runs[label].append(r)
-                    print(f"round {i + 1} {label:6} {r['scenario']} {r['mode']:10}: {r['calls_per_s']:.0f} calls/s, "
-                          f"p50 {r['p50_us']:.0f} µs, p99 {r['p99_us']:.0f} µs, errors {r['errors']}", flush=True)
+                    print(f"round {i + 1} {label:6} {r['scenario']} {r['mode']:10}: "
+                          f"{r['calls_per_s']:.0f} calls/s, p50 {r['p50_us']:.0f} µs, "
+                          f"p99 {r['p99_us']:.0f} µs, errors {r['errors']}", flush=True)
     loads.append(os.getloadavg()[0])
     print()
     print("| scenario | mode | calls/s before → after | p50 µs before → after | p50 per round, after | "
@@ -66,16 +67,19 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for scenario in a.scenarios.split(","):
         for mode in ("sequential", "concurrent"):
-            sel = {k: [r for r in v if r["scenario"] == scenario and r["mode"] == mode] for k, v in runs.items()}
+            sel = {k: [r for r in v if r["scenario"] == scenario and r["mode"] == mode]
+                   for k, v in runs.items()}
 
-            def med(k: str, key: str) -> str:
-                vals = [r[key] for r in sel[k] if r[key] is not None]
-                return f"{statistics.median(vals):,.0f}" if vals else "–"
+            def both(key: str, sel: dict[str, list[dict]] = sel) -> str:
+                meds = []
+                for k in ("before", "after"):
+                    vals = [r[key] for r in sel[k] if r[key] is not None]
+                    meds.append(f"{statistics.median(vals):,.0f}" if vals else "–")
+                return " → ".join(meds)
 
-            cells = [scenario, mode] + [f"{med('before', key)} → {med('after', key)}" for key in
-                                        ("calls_per_s", "p50_us")]
-            cells.append(" / ".join(f"{r['p50_us']:.0f}" for r in sel["after"]))
-            cells += [f"{med('before', key)} → {med('after', key)}" for key in ("p99_us", "node_cpu_us_per_call")]
+            cells = [scenario, mode, both("calls_per_s"), both("p50_us"),
+                     " / ".join(f"{r['p50_us']:.0f}" for r in sel["after"]),
+                     both("p99_us"), both("node_cpu_us_per_call")]
             cells.append(str(sum(r["errors"] for v in sel.values() for r in v)))
             print("| " + " | ".join(cells) + " |")
     print()
