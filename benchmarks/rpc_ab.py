@@ -2,9 +2,10 @@
 """router.rpc latency and throughput before (a git revision) and after (the working tree), alternated.
 
 Each round runs ``benchmarks/rpc_bench.py --repeat 1`` once with the tree of ``--base`` (extracted with
-``git archive``) and once with the working tree, each with ``PYTHONPATH`` on its own tree, so both sides
-see the same load. Prints each run's line and a table of medians over the rounds, with every round's p50;
-writes benchmarks/results/<time>-rpc-ab.json.
+``git archive``; the working tree's rpc_bench.py is copied into it, so both sides run the same benchmark)
+and once with the working tree, each with ``PYTHONPATH`` on its own tree, so both sides see the same
+load. Prints each run's line and a table of medians over the rounds, with every round's p50; writes
+benchmarks/results/<time>-rpc-ab.json.
 
     .venv/bin/python benchmarks/rpc_ab.py --base 6c7760a --rounds 4 --scenarios one-node,four-node
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +54,8 @@ def main() -> int:
         tmp = Path(tmpdir)
         (tmp / "base").mkdir()
         base = extract(a.base, tmp / "base")
+        # the same benchmark on both sides (it uses router.rpc's public API only): this tree's rpc_bench.py
+        shutil.copy(BENCH_DIR / "rpc_bench.py", base / "benchmarks" / "rpc_bench.py")
         for i in range(a.rounds):
             for label, tree in (("before", base), ("after", REPO)):
                 loads.append(os.getloadavg()[0])
@@ -63,8 +67,8 @@ def main() -> int:
     loads.append(os.getloadavg()[0])
     print()
     print("| scenario | mode | calls/s before → after | p50 µs before → after | p50 per round, after | "
-          "p99 µs before → after | node CPU µs/call before → after | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+          "p99 µs before → after | node CPU µs/call | client CPU µs/call | server CPU µs/call | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for scenario in a.scenarios.split(","):
         for mode in ("sequential", "concurrent"):
             sel = {k: [r for r in v if r["scenario"] == scenario and r["mode"] == mode]
@@ -79,7 +83,8 @@ def main() -> int:
 
             cells = [scenario, mode, both("calls_per_s"), both("p50_us"),
                      " / ".join(f"{r['p50_us']:.0f}" for r in sel["after"]),
-                     both("p99_us"), both("node_cpu_us_per_call")]
+                     both("p99_us"), both("node_cpu_us_per_call"), both("client_cpu_us_per_call"),
+                     both("server_cpu_us_per_call")]
             cells.append(str(sum(r["errors"] for v in sel.values() for r in v)))
             print("| " + " | ".join(cells) + " |")
     print()
