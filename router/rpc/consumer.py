@@ -207,14 +207,14 @@ class ConsumerCore(ConnectionCore):
         self.in_progress -= 1
         if reply is not None and self.error is None:
             deadline = time.monotonic() + self.reply_timeout
-            self.outbox.send(SendOp(reply, None, deadline, on_done=self._reply_done,
-                                    label=f"reply to {job.message.reply_to}"))
+            self.outbox.send(SendOp(reply, None, deadline, on_done=self._reply_done, label="reply",
+                                    key=job.message))
         self._settle(job, outcome)
 
     def _reply_done(self, op: SendOp, error: RpcException | None) -> None:
         if error is not None:
             self.replies_failed += 1
-            log.error("%s: %s", self.name, error)
+            log.error("%s: reply to %s: %s", self.name, op.key.reply_to, error)
 
     def _settle(self, job: _Job, outcome: int) -> None:
         if outcome == RELEASED:

@@ -102,9 +102,9 @@ def encode_reply(req: Message, result: Any) -> bytes:
         body, props = result.body, dict(result.properties) or None
     else:
         body, props = result, None
-    cid = req.id
-    if type(cid) is str and type(req.reply_to) is str and _plain(body) and _plain_properties(props):
-        return encode_message(body=body, to=req.reply_to, correlation_id=cid, application_properties=props)
+    cid, reply_to = req.id, req.reply_to        # (properties of proton.Message: each read goes to C)
+    if type(cid) is str and type(reply_to) is str and _plain(body) and _plain_properties(props):
+        return encode_message(body=body, to=reply_to, correlation_id=cid, application_properties=props)
     return bytes(reply(req, result).encode())
 
 
