@@ -18,9 +18,9 @@ Modes per scenario:
   concurrent  --threads threads sharing the one client (one connection), --calls calls in total.
 
 Reported per row (median over --repeat runs): calls/s, latency p50 and p99 in µs (per run, over its
-calls), and the nodes' CPU time per call (user + sys of every node process, from /proc, over the measured
-calls). On a 2-core machine the nodes, the server and the caller share the cores: do not benchmark while
-tests run, and look at the spread (--json keeps every run).
+calls), and CPU time per call (user + sys from /proc, over the measured calls) of the nodes, of this
+process (the client) and of the server process. On a 2-core machine the nodes, the server and the
+caller share the cores: do not benchmark while tests run, and look at the spread (--json keeps every run).
 
 Examples:
   .venv/bin/python benchmarks/rpc_bench.py
@@ -295,18 +295,22 @@ def measure(scenario: str, a: argparse.Namespace, tmp: Path) -> list[dict[str, A
     """One run of a scenario: both modes on one mesh."""
     server_node, caller_node = SCENARIOS[scenario]
     results = []
-    with running(scenario, tmp) as mesh, server_process(mesh.url(server_node), a.workers):
+    with running(scenario, tmp) as mesh, server_process(mesh.url(server_node), a.workers) as server:
         with RpcClient(mesh.url(caller_node), timeout=30) as client:
             client.call(ADDRESS, BODY, timeout=30)   # waits until the address is known at the caller's node
             for _ in range(a.warmup):
                 client.call(ADDRESS, BODY)
             for mode, threads in (("sequential", 1), ("concurrent", a.threads)):
-                cpu0 = mesh.cpu_seconds()
+                cpu0, server0, client0 = mesh.cpu_seconds(), cpu_seconds(server.pid), cpu_seconds(os.getpid())
                 r = run_calls(lambda _i: client.call(ADDRESS, BODY, timeout=30), a.calls, threads)
                 cpu = mesh.cpu_seconds() - cpu0
+                server_cpu = cpu_seconds(server.pid) - server0
+                client_cpu = cpu_seconds(os.getpid()) - client0
                 mesh.check_alive()
                 r.update(scenario=scenario, mode=mode, threads=threads,
-                         node_cpu_us_per_call=cpu / r["calls"] * 1e6 if r["calls"] else None)
+                         node_cpu_us_per_call=cpu / r["calls"] * 1e6 if r["calls"] else None,
+                         server_cpu_us_per_call=server_cpu / r["calls"] * 1e6 if r["calls"] else None,
+                         client_cpu_us_per_call=client_cpu / r["calls"] * 1e6 if r["calls"] else None)
                 results.append(r)
                 print(f"  {scenario} {mode:10s} {r['calls']} calls: {r['calls_per_s']:.0f} calls/s, "
                       f"p50 {r['p50_us']:.0f} µs, p99 {r['p99_us']:.0f} µs, errors {r['errors']}", flush=True)
@@ -323,8 +327,9 @@ def fmt(v: float | None, spec: str = ".0f") -> str:
 
 
 def table(runs: list[dict[str, Any]], a: argparse.Namespace) -> str:
-    lines = ["| scenario | mode | threads | calls/s | p50 µs | p99 µs | node CPU µs/call | runs | errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| scenario | mode | threads | calls/s | p50 µs | p99 µs | node CPU µs/call "
+             "| client CPU µs/call | server CPU µs/call | runs | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for scenario in a.scenarios:
         for mode in ("sequential", "concurrent"):
             rs = [r for r in runs if r["scenario"] == scenario and r["mode"] == mode]
@@ -332,7 +337,10 @@ def table(runs: list[dict[str, Any]], a: argparse.Namespace) -> str:
                 continue
             cells = [scenario, mode, rs[0]["threads"], fmt(med([r["calls_per_s"] for r in rs])),
                      fmt(med([r["p50_us"] for r in rs])), fmt(med([r["p99_us"] for r in rs])),
-                     fmt(med([r["node_cpu_us_per_call"] for r in rs])), len(rs), sum(r["errors"] for r in rs)]
+                     fmt(med([r["node_cpu_us_per_call"] for r in rs])),
+                     fmt(med([r.get("client_cpu_us_per_call") for r in rs])),
+                     fmt(med([r.get("server_cpu_us_per_call") for r in rs])), len(rs),
+                     sum(r["errors"] for r in rs)]
             lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
 

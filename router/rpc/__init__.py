@@ -13,10 +13,12 @@ following the driver's "router-based message bus" spec (seed ``004_``)::
 
 Design (each module has one job):
 
-- :mod:`~router.rpc.loop`: a ``proton.reactor.Container`` in a background thread; other threads hand work
-  to it through an ``EventInjector`` (``ApplicationEvent``), never touching Proton themselves. The event
-  API was chosen over ``BlockingConnection`` because many threads share one connection and outcomes,
-  replies and credit must be handled while no caller is inside the library (see :mod:`~router.rpc.client`).
+- :mod:`~router.rpc.loop`: a lean event loop (selector, wake-up pipe, task queue, timer heap) in a background
+  thread; other threads hand work to it with ``submit``, never touching Proton themselves.
+  :mod:`~router.rpc.wire`: one connection driven through ``cproton_ffi`` the way the node does it (own
+  socket, ``pn_transport``, a collector dispatched by event type), messages encoded and decoded by
+  python-qpid-proton's ``Message``. python-qpid-proton's ``Container`` was used before; its generic
+  event dispatch cost ~0.9 ms of CPU per call on each side (BENCHMARKS.md, "router.rpc").
 - :mod:`~router.rpc.client`: :class:`RpcClient`: one connection, one dynamic reply receiver (credit 200),
   ``call`` / ``request`` / ``cast`` / ``fanout`` / ``notify``, thread-safe.
 - :mod:`~router.rpc.server`, :mod:`~router.rpc.consumer`: :class:`RpcServer`: one address, credit 100
@@ -31,8 +33,8 @@ Design (each module has one job):
 No automatic reconnect: when the connection is lost, everything pending fails with
 :class:`RpcConnectionError` and the client (or server) must be recreated.
 
-A client library (services layer): may import python-qpid-proton's public API, router.amqp and the base;
-nothing of the node.
+A client library (services layer): may import python-qpid-proton's public API and its ``cproton_ffi``
+binding, router.amqp and the base; nothing of the node.
 """
 
 from __future__ import annotations

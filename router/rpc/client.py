@@ -1,13 +1,13 @@
 """`RpcClient`: calls, casts, fanout and notifications over one connection, from any number of threads.
 
-Why the event API: every caller thread shares one connection, one dynamic reply receiver and one set of
-sender links, so something must own Proton and multiplex. A ``proton.reactor.Container`` in a background
-thread (:class:`~router.rpc.loop.EventLoop`) does: caller threads hand each request to it through an
-``EventInjector`` and block on their own :class:`~router.rpc.demux.Waiter`; the loop sends when credit
-allows, reacts to outcomes (re-sending RELEASED messages after a backoff), routes each reply to its waiter by
-correlation-id and fires deadlines with the container's timers. The blocking API
-(``proton.utils.BlockingConnection``) runs the engine only inside the calling thread's ``receive``/``send``,
-so it cannot serve concurrent callers or deliver outcomes and replies while nobody is inside it.
+Why a loop thread: every caller thread shares one connection, one dynamic reply receiver and one set of
+sender links, so something must own Proton and multiplex. An :class:`~router.rpc.loop.EventLoop` in a
+background thread does, driving Proton-C directly (:mod:`~router.rpc.wire`): caller threads hand each
+request to it (:meth:`~router.rpc.loop.EventLoop.submit`) and block on their own
+:class:`~router.rpc.demux.Waiter`; the loop sends when credit allows, reacts to outcomes (re-sending RELEASED
+messages after a backoff), routes each reply to its waiter by correlation-id and fires deadlines with its
+timers. A blocking API (the caller drives the engine inside its own ``receive``/``send``) could not serve
+concurrent callers or deliver outcomes and replies while nobody is inside it.
 
 Per call: the request gets message-id ``<client prefix>:<n>`` and ``reply_to`` = the client's dynamic reply
 address, goes out on a sender link whose target is the call's address (credit comes only while a server
@@ -22,16 +22,16 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from proton import Condition, Connection, Delivery, Event, Link, Message
-from proton.reactor import Container
+from proton import Message
 
 from . import messages
-from .connection import ConnectionCore, describe
+from .connection import ConnectionCore
 from .credit import CreditWindow
 from .defaults import CALL_TIMEOUT, CONNECT_TIMEOUT, NOTIFY_TIMEOUT, REPLY_CREDIT
 from .demux import MessageIds, PendingCalls, Waiter
 from .errors import RpcConnectionError, RpcException, RpcTimeout
 from .sending import SendOp
+from .wire import ACCEPTED, RELEASED, Condition, Link, Wire, describe
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +52,16 @@ class _ClientCore(ConnectionCore):
         self.calls: dict[Any, SendOp] = {}      # message-id -> request op, loop thread only
         self.replies = 0
 
-    def open_links(self, container: Container, connection: Connection) -> None:
-        self.reply_receiver = container.create_receiver(connection, None, dynamic=True)
+    def open_links(self, wire: Wire) -> None:
+        self.reply_receiver = wire.open_receiver(None, dynamic=True)
 
     def _is_reply_link(self, link: Link) -> bool:
         return self.reply_receiver is not None and link.name == self.reply_receiver.name and link.is_receiver
 
-    def on_link_opened(self, event: Event) -> None:
-        link = event.link
+    def on_link_opened(self, link: Link) -> None:
         if not self._is_reply_link(link) or self.reply_to is not None:
             return
-        address = link.remote_source.address if link.remote_source else None
+        address = link.remote_source_address
         if not address:
             self.lost("the router assigned no dynamic reply address")
             return
@@ -74,22 +73,26 @@ class _ClientCore(ConnectionCore):
         if self._is_reply_link(link):
             self.lost(f"reply receiver closed by the router: {describe(condition) or 'no condition'}")
 
-    def on_message(self, event: Event) -> None:
-        dlv = event.delivery
-        if not self._is_reply_link(event.link):
-            dlv.update(Delivery.RELEASED)
-            dlv.settle()
+    def on_message(self, link: Link, delivery: Any, data: bytes, settled: bool) -> None:
+        if not self._is_reply_link(link):
+            self.wire.settle(delivery, RELEASED)
             return
-        if not dlv.settled:
-            dlv.update(Delivery.ACCEPTED)
-        dlv.settle()
-        self.credit.on_delivery(event.link, settled=True)
+        self.wire.settle(delivery, None if settled else ACCEPTED, lazy=True)
+        self.credit.on_delivery(link, settled=True)
         self.replies += 1
-        msg: Message = event.message
+        msg = Message()
+        try:
+            msg.decode(data)
+        except Exception as exc:          # noqa: BLE001 - a reply we cannot read matches no call
+            log.warning("%s: undecodable reply dropped: %s", self.name, exc)
+            return
         cid = msg.correlation_id
         op = self.calls.pop(cid, None)
         if op is not None:
             self.outbox.forget(op)
+        self.loop.defer(self._resolve, cid, msg)        # the caller wakes once the engine is released
+
+    def _resolve(self, cid: Any, msg: Message) -> None:
         if not self.pending.resolve(cid, msg):
             log.debug("%s: reply for %r that nobody waits for (late or duplicate)", self.name, cid)
 
@@ -116,7 +119,7 @@ class _ClientCore(ConnectionCore):
                    waiter: Waiter, label: str) -> None:
         def done(op: SendOp, error: RpcException | None) -> None:
             if error is None:
-                waiter.set_result(None)
+                self.loop.defer(waiter.set_result, None)
             else:
                 waiter.set_exception(error)
 
@@ -166,6 +169,7 @@ class RpcClient:
         self._pending = PendingCalls()
         self._ids = MessageIds()
         self._core = _ClientCore(url, name, reply_credit, self._pending, max_links)
+        self._core.connect_timeout = connect_timeout        # the TCP connect's own limit
         self._loop = self._core.loop
         self._loop.start()
         if not self._core.ready.wait(connect_timeout) or self._core.error is not None:
@@ -217,11 +221,11 @@ class RpcClient:
         timeout = self.timeout if timeout is None else timeout
         retry = self.retry_modified if retry_modified is None else retry_modified
         message_id = self._ids.next()
-        payload = messages.request(address, body, message_id, self.reply_to, properties).encode()
+        payload = messages.encode_request(address, body, message_id, self.reply_to, properties)
         deadline = time.monotonic() + timeout
         waiter = self._pending.add(message_id)
         start = lambda: self._core.start_call(message_id, address, payload, deadline, timeout, retry)  # noqa: E731
-        if not self._loop.submit(start):
+        if not self._loop.call_soon(start):
             self._pending.discard(message_id)
             raise self._core.error or RpcConnectionError(f"{self._core.name}: closed")
         if not waiter.wait(timeout + SAFETY):
@@ -233,8 +237,8 @@ class RpcClient:
         """Send ``body`` to ``address`` without a reply; return once a consumer ACCEPTED it (raise
         :class:`RpcTimeout` or :class:`RpcUndeliverable` otherwise)."""
         message_id = self._ids.next()
-        msg = messages.request(address, body, message_id, None, properties)
-        self._send(address, msg, timeout, retry_modified, "cast")
+        payload = messages.encode_request(address, body, message_id, None, properties)
+        self._send(address, payload, timeout, retry_modified, "cast")
 
     def fanout(self, address: str, body: Any, timeout: float | None = None,
                properties: Mapping[str, Any] | None = None) -> None:
@@ -242,8 +246,8 @@ class RpcClient:
         every copy has an outcome and reports the strongest (REJECTED > ACCEPTED > MODIFIED > RELEASED), so
         this returns once at least one consumer accepted and none rejected."""
         message_id = self._ids.next()
-        msg = messages.request(address, body, message_id, None, properties)
-        self._send(address, msg, timeout, False, "fanout")
+        payload = messages.encode_request(address, body, message_id, None, properties)
+        self._send(address, payload, timeout, False, "fanout")
 
     def notify(self, address: str, event_type: str, payload: Any, priority: str = "info",
                timeout: float | None = None, publisher_id: str | None = None,
@@ -252,17 +256,17 @@ class RpcClient:
         accept it. The mesh stores nothing: with no listener this ends in :class:`RpcTimeout` (default
         timeout: the seed's 30 s)."""
         msg = messages.notification(address, event_type, payload, priority, publisher_id, properties)
-        self._send(address, msg, NOTIFY_TIMEOUT if timeout is None else timeout, False, "notification")
+        self._send(address, bytes(msg.encode()), NOTIFY_TIMEOUT if timeout is None else timeout, False,
+                   "notification")
 
-    def _send(self, address: str, msg: Message, timeout: float | None, retry_modified: bool | None,
+    def _send(self, address: str, payload: bytes, timeout: float | None, retry_modified: bool | None,
               label: str) -> None:
         timeout = self.timeout if timeout is None else timeout
         retry = self.retry_modified if retry_modified is None else retry_modified
-        payload = msg.encode()
         deadline = time.monotonic() + timeout
         waiter = Waiter()
         start = lambda: self._core.start_send(address, payload, deadline, timeout, retry, waiter, label)  # noqa: E731
-        if not self._loop.submit(start):
+        if not self._loop.call_soon(start):
             raise self._core.error or RpcConnectionError(f"{self._core.name}: closed")
         if not waiter.wait(timeout + SAFETY):
             waiter.set_exception(RpcTimeout(f"{label} to {address}: no outcome within {timeout:g} s"))

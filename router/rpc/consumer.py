@@ -22,19 +22,20 @@ finish and are answered while the stop timeout lasts.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from proton import Condition, Connection, Delivery, Endpoint, Event, Link, Message
-from proton.reactor import Container
+from proton import Message
 
-from .connection import ConnectionCore, describe
+from .connection import ConnectionCore
 from .credit import CreditWindow
 from .errors import Requeue, RpcConnectionError, RpcException
 from .sending import SendOp
+from .wire import ACCEPTED, REJECTED, RELEASED, Condition, Link, Wire, describe
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,69 @@ Process = Callable[[Message], "Message | bytes | None"]
 
 @dataclass(eq=False)
 class _Job:
-    delivery: Delivery
+    link: Link
+    delivery: Any                   # pn_delivery_t*
     message: Message
     presettled: bool
     cancelled: bool = False       # released by a stop before a worker picked it up
+
+
+class WorkerPool:
+    """``size`` daemon threads running ``fn(arg)`` jobs from one queue, started on the first job.
+
+    Lighter than ``concurrent.futures.ThreadPoolExecutor`` (no future, no work item, no idle semaphore
+    per job): a job is one ``SimpleQueue.put`` and wakes one idle thread.
+    """
+
+    def __init__(self, size: int, name: str) -> None:
+        self.size = size
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[[Any], None], Any] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[[Any], None], arg: Any) -> bool:
+        """Queue ``fn(arg)``; False once the pool is shut down."""
+        if self._closed:
+            return False
+        if not self._threads:
+            self._start()
+        self._queue.put((fn, arg))
+        return True
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._threads or self._closed:
+                return
+            for i in range(self.size):
+                t = threading.Thread(target=self._work, name=f"{self.name}_{i}", daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _work(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            fn, arg = item
+            try:
+                fn(arg)
+            except Exception:
+                log.exception("%s: job %r failed", self.name, fn)
+
+    def shutdown(self) -> None:
+        """Drop the jobs not started and end the threads once their current job is done."""
+        with self._lock:
+            self._closed = True
+            while True:
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            for _ in self._threads:
+                self._queue.put(None)
 
 
 class ConsumerCore(ConnectionCore):
@@ -59,8 +119,7 @@ class ConsumerCore(ConnectionCore):
         self.process = process
         self.credit = CreditWindow(credit, f"{name} receiver {address}")
         self.reply_timeout = reply_timeout
-        self.executor = (ThreadPoolExecutor(workers, thread_name_prefix=f"{name}-worker")
-                         if workers > 0 else None)
+        self.executor = WorkerPool(workers, f"{name}-worker") if workers > 0 else None
         self.receiver: Link | None = None
         self.stopping = False                   # read by worker threads
         self.in_progress = 0                    # loop thread writes; others only read
@@ -72,11 +131,10 @@ class ConsumerCore(ConnectionCore):
         self._waiting_lock = threading.Lock()
 
     # ---- links
-    def open_links(self, container: Container, connection: Connection) -> None:
-        self.receiver = container.create_receiver(connection, self.address)
+    def open_links(self, wire: Wire) -> None:
+        self.receiver = wire.open_receiver(self.address)
 
-    def on_link_opened(self, event: Event) -> None:
-        link = event.link
+    def on_link_opened(self, link: Link) -> None:
         if self.receiver is not None and link.name == self.receiver.name and link.is_receiver:
             self.credit.open(link)
             self.mark_ready()
@@ -87,13 +145,21 @@ class ConsumerCore(ConnectionCore):
             self.lost(f"receiver on {self.address} closed by the router: {why}")
 
     # ---- messages
-    def on_message(self, event: Event) -> None:
-        dlv = event.delivery
-        job = _Job(dlv, event.message, presettled=dlv.settled)
+    def on_message(self, link: Link, delivery: Any, data: bytes, settled: bool) -> None:
+        message = Message()
+        try:
+            message.decode(data)
+        except Exception as exc:          # noqa: BLE001 - not a message: refuse it, never hand it on
+            log.warning("%s: undecodable message on %s rejected: %s", self.name, self.address, exc)
+            self.credit.on_delivery(link, settled=True)
+            if not settled:
+                self.wire.settle(delivery, REJECTED)
+            return
+        job = _Job(link, delivery, message, presettled=settled)
         self.received += 1
-        self.credit.on_delivery(event.link, settled=job.presettled)
+        self.credit.on_delivery(link, settled=job.presettled)
         if self.stopping:
-            self._settle(job, Delivery.RELEASED)
+            self._settle(job, RELEASED)
             return
         self.in_progress += 1
         if self.executor is None:
@@ -101,7 +167,16 @@ class ConsumerCore(ConnectionCore):
         else:
             with self._waiting_lock:
                 self._waiting.add(job)
-            self.executor.submit(self._work, job)
+            self.loop.defer(self._dispatch, job)      # a worker wakes once the engine is released
+
+    def _dispatch(self, job: _Job) -> None:
+        """Hand a job to the pool (outside the engine: no Proton here)."""
+        assert self.executor is not None
+        if not self.executor.submit(self._work, job):
+            with self._waiting_lock:
+                self._waiting.discard(job)
+            if not self.loop.submit(lambda: self._complete(job, RELEASED, None)):
+                log.debug("%s: loop stopped, a request not handed to a worker dropped", self.name)
 
     def _work(self, job: _Job) -> None:
         """Worker thread: run the handler, hand the verdict back to the loop."""
@@ -110,47 +185,46 @@ class ConsumerCore(ConnectionCore):
                 return
             self._waiting.discard(job)
         verdict = self._run(job)
-        if not self.loop.submit(lambda: self._complete(job, *verdict)):
+        if not self.loop.call_soon(lambda: self._complete(job, *verdict)):
             log.debug("%s: loop stopped, result for a request dropped", self.name)
 
     def _run(self, job: _Job) -> tuple[int, bytes | None]:
         """The outcome and the encoded reply (if any) for one message; never raises."""
         if self.stopping:
-            return Delivery.RELEASED, None
+            return RELEASED, None
         try:
             reply = self.process(job.message)
             payload = reply.encode() if isinstance(reply, Message) else reply
-            return Delivery.ACCEPTED, payload
+            return ACCEPTED, payload
         except Requeue:
-            return Delivery.RELEASED, None
+            return RELEASED, None
         except Exception:
             log.exception("%s: processing a message from %s failed", self.name, self.address)
-            return Delivery.ACCEPTED, None
+            return ACCEPTED, None
 
     def _complete(self, job: _Job, outcome: int, reply: bytes | None) -> None:
         """Loop thread: send the reply, then settle the request."""
         self.in_progress -= 1
         if reply is not None and self.error is None:
             deadline = time.monotonic() + self.reply_timeout
-            self.outbox.send(SendOp(reply, None, deadline, on_done=self._reply_done,
-                                    label=f"reply to {job.message.reply_to}"))
+            self.outbox.send(SendOp(reply, None, deadline, on_done=self._reply_done, label="reply",
+                                    key=job.message))
         self._settle(job, outcome)
 
     def _reply_done(self, op: SendOp, error: RpcException | None) -> None:
         if error is not None:
             self.replies_failed += 1
-            log.error("%s: %s", self.name, error)
+            log.error("%s: reply to %s: %s", self.name, op.key.reply_to, error)
 
     def _settle(self, job: _Job, outcome: int) -> None:
-        if outcome == Delivery.RELEASED:
+        if outcome == RELEASED:
             self.released += 1
         else:
             self.accepted += 1
         if not job.presettled:
-            link = job.delivery.link
-            if link.state & Endpoint.LOCAL_ACTIVE and link.state & Endpoint.REMOTE_ACTIVE:
-                job.delivery.update(outcome)
-                job.delivery.settle()
+            link = job.link
+            if link.active:
+                self.wire.settle(job.delivery, outcome)
                 self.credit.on_settled(link)
 
     # ---- stopping
@@ -159,15 +233,16 @@ class ConsumerCore(ConnectionCore):
         self.stopping = True
         self.credit.freeze()
         link = self.receiver
-        if link is not None and link.state & Endpoint.LOCAL_ACTIVE and link.credit > 0:
+        if link is not None and link.local_active and link.credit > 0:
             link.drain(0)
+            self.wire.dirty = True
         with self._waiting_lock:
             not_started = list(self._waiting)
             self._waiting.clear()
             for job in not_started:
                 job.cancelled = True
         for job in not_started:
-            self._complete(job, Delivery.RELEASED, None)
+            self._complete(job, RELEASED, None)
 
     def idle(self) -> bool:
         """Nothing running and every reply settled (loop thread)."""
@@ -176,7 +251,7 @@ class ConsumerCore(ConnectionCore):
     def shutdown(self) -> None:
         super().shutdown()
         if self.executor is not None:
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            self.executor.shutdown()
 
     def stats(self) -> dict[str, object]:
         """Counters (loop thread; from another thread only once the loop has ended)."""
@@ -221,6 +296,7 @@ class Consumer:
         if self._started:
             return
         self._started = True
+        self._core.connect_timeout = timeout                # the TCP connect's own limit
         self._loop.start()
         if not self._core.ready.wait(timeout) or self._core.error is not None:
             why = self._core.error or f"{self._core.url}: not attached to {self.address} within {timeout:g} s"
@@ -251,7 +327,7 @@ class Consumer:
     def _stop_loop(self, timeout: float) -> None:
         self._loop.stop(self._core.shutdown, timeout=timeout)
         if self._core.executor is not None:
-            self._core.executor.shutdown(wait=False, cancel_futures=True)
+            self._core.executor.shutdown()
 
     def stats(self, timeout: float = 5.0) -> dict[str, object]:
         """Counters of this consumer (for tests and monitoring)."""

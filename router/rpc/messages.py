@@ -21,6 +21,8 @@ from typing import Any
 
 from proton import Message
 
+from router.amqp.message import encode_message
+
 from .errors import RpcError
 
 ERROR_PROPERTY = "error"
@@ -53,6 +55,57 @@ def request(address: str, body: Any, message_id: str, reply_to: str | None,
     """A call (with ``reply_to``) or cast (without) message."""
     return Message(body=body, id=message_id, address=address, reply_to=reply_to,
                    properties=dict(properties) if properties else None)
+
+
+_SCALARS = frozenset((str, bytes, bool, float, type(None)))
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """True if ``value`` is made of plain Python types only (exactly ``str``, ``bytes``, ``bool``,
+    ``float``, ``None``, ``int`` in the long range, ``list``, ``tuple``, ``dict``), which router.amqp's
+    encoder writes as python-qpid-proton does. Proton's own types (``symbol``, ``ulong``, ``Described``,
+    ...) and subclasses are not plain."""
+    t = type(value)
+    if t in _SCALARS:
+        return True
+    if t is int:
+        return _LONG_MIN <= value <= _LONG_MAX
+    if depth > 32:
+        return False
+    if t is list or t is tuple:
+        return all(_plain(v, depth + 1) for v in value)
+    if t is dict:
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _plain_properties(properties: Mapping[str, Any] | None) -> bool:
+    return properties is None or (type(properties) is dict
+                                  and all(type(k) is str and _plain(v) for k, v in properties.items()))
+
+
+def encode_request(address: str, body: Any, message_id: str, reply_to: str | None,
+                   properties: Mapping[str, Any] | None = None) -> bytes:
+    """The encoded :func:`request`. Plain bodies and properties (see :func:`_plain`) are encoded by
+    router.amqp, about 5x cheaper than building a ``proton.Message``; the receiver decodes the same
+    message (only the all-default header section is left out). Anything else goes through Proton."""
+    if type(message_id) is str and _plain(body) and _plain_properties(properties):
+        return encode_message(body=body, message_id=message_id, to=address, reply_to=reply_to,
+                              application_properties=dict(properties) if properties else None)
+    return bytes(request(address, body, message_id, reply_to, properties).encode())
+
+
+def encode_reply(req: Message, result: Any) -> bytes:
+    """The encoded :func:`reply` (router.amqp for plain results, as :func:`encode_request`)."""
+    if isinstance(result, Reply):
+        body, props = result.body, dict(result.properties) or None
+    else:
+        body, props = result, None
+    cid, reply_to = req.id, req.reply_to        # (properties of proton.Message: each read goes to C)
+    if type(cid) is str and type(reply_to) is str and _plain(body) and _plain_properties(props):
+        return encode_message(body=body, to=reply_to, correlation_id=cid, application_properties=props)
+    return bytes(reply(req, result).encode())
 
 
 def reply(req: Message, result: Any) -> Message:

@@ -61,6 +61,9 @@ OUTCOME_NAMES = {
 }
 
 
+_DONE = Decision(Action.DONE, "ACCEPTED")     # the common case, made once
+
+
 def decide(state: int, delivery_failed: bool = False, undeliverable_here: bool = False,
            retry_modified: bool = False) -> Decision | None:
     """The decision for a terminal outcome; None for a state that is not terminal (e.g. RECEIVED)."""
@@ -68,7 +71,7 @@ def decide(state: int, delivery_failed: bool = False, undeliverable_here: bool =
     if name is None:
         return None
     if state == Delivery.ACCEPTED:
-        return Decision(Action.DONE, name)
+        return _DONE
     if state == Delivery.REJECTED:
         return Decision(Action.FAIL, name, "rejected by the consumer")
     if state == Delivery.RELEASED:

@@ -23,12 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from proton import Connection, Delivery, Endpoint, Sender
-
 from .defaults import RETRY_BACKOFF
 from .errors import RpcException, RpcTimeout, RpcUndeliverable
 from .loop import EventLoop, Timer
 from .outcomes import Action, backoff, decide
+from .wire import Link, Outcome, Wire
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,7 @@ class SendOp:
 
 @dataclass(eq=False)
 class _LinkState:
-    link: Sender
+    link: Link
     queue: deque[SendOp] = field(default_factory=deque)
     unsettled: int = 0
 
@@ -75,16 +74,16 @@ class _LinkState:
 class Outbox:
     """Per-address sender links, messages waiting for credit, outcomes, re-sends and deadlines."""
 
-    def __init__(self, loop: EventLoop, name: str = "outbox", max_links: int = 64,
+    def __init__(self, loop: EventLoop, wire: Wire, name: str = "outbox", max_links: int = 64,
                  retry_backoff: tuple[float, float] = RETRY_BACKOFF) -> None:
         self.loop = loop
+        self.wire = wire
         self.name = name
         self.max_links = max_links
         self.retry_backoff = retry_backoff
-        self.connection: Connection | None = None
         self._links: OrderedDict[str | None, _LinkState] = OrderedDict()
         self._by_name: dict[str, _LinkState] = {}
-        self._unsettled: dict[tuple[str, str], SendOp] = {}
+        self._unsettled: dict[Any, tuple[_LinkState, SendOp]] = {}    # pn_delivery_t* -> (link, op)
         self._active: set[SendOp] = set()       # every op not DONE yet
         self._tags = itertools.count(1)
         self.sent = 0
@@ -118,10 +117,10 @@ class Outbox:
         if st is not None:
             self._links.move_to_end(target)
             return st
-        if self.connection is None:
+        if self.wire.closed:
             raise RuntimeError("outbox has no connection")
         self._evict()
-        link = self.loop.container.create_sender(self.connection, target)
+        link = self.wire.open_sender(target)
         st = _LinkState(link)
         self._links[target] = st
         self._by_name[link.name] = st
@@ -142,7 +141,7 @@ class Outbox:
         self._links.pop(target, None)
         self._by_name.pop(st.link.name, None)
 
-    def on_flow(self, link: Sender) -> None:
+    def on_flow(self, link: Link) -> None:
         """A FLOW arrived for one of our sender links: send what the credit allows, answer drain."""
         st = self._by_name.get(link.name)
         if st is not None:
@@ -152,39 +151,33 @@ class Outbox:
 
     def _pump(self, st: _LinkState) -> None:
         link = st.link
-        if not link.state & Endpoint.REMOTE_ACTIVE:
+        if not link.remote_active:
             return
         while st.queue and link.credit > 0:
             op = st.queue.popleft()
             if op.state != QUEUED:
                 continue
-            tag = str(next(self._tags))
-            link.delivery(tag)
-            link.stream(op.payload)
-            link.advance()
+            dlv = link.send(b"%d" % next(self._tags), op.payload)
             op.state = SENT
             op.attempts += 1
             st.unsettled += 1
             self.sent += 1
-            self._unsettled[(link.name, tag)] = op
+            self._unsettled[dlv] = (st, op)
         if link.drain_mode:
             link.drained()
 
     # ---- outcomes
-    def on_outcome(self, delivery: Delivery) -> None:
-        """The router answered one of our deliveries (MessagingHandler's on_accepted/rejected/released)."""
-        key = (delivery.link.name, delivery.tag)
-        op = self._unsettled.get(key)
-        if op is None:
+    def on_outcome(self, delivery: Any, outcome: Outcome) -> None:
+        """The router gave one of our deliveries a terminal outcome (it is settled right after)."""
+        entry = self._unsettled.get(delivery)
+        if entry is None:
             return
-        remote = delivery.remote
-        decision = decide(delivery.remote_state, bool(remote.failed), bool(remote.undeliverable),
-                          op.retry_modified)
+        st, op = entry
+        decision = decide(outcome.state, outcome.failed, outcome.undeliverable, op.retry_modified)
         if decision is None:
             return
-        del self._unsettled[key]
-        st = self._by_name.get(delivery.link.name)
-        if st is not None and st.unsettled > 0:
+        del self._unsettled[delivery]
+        if st.unsettled > 0:
             st.unsettled -= 1
         if op.state != SENT:         # timed out or forgotten meanwhile
             return
@@ -192,10 +185,10 @@ class Outbox:
         if decision.action is Action.DONE:
             self._finish(op, None)
         elif decision.action is Action.FAIL:
-            cond = remote.condition
-            cond_text = f" ({cond.name}: {cond.description})" if cond is not None else ""
+            cond = outcome.condition
+            cond_text = f" ({cond[0]}: {cond[1]})" if cond is not None else ""
             self._finish(op, RpcUndeliverable(f"{op.where}: {decision.reason}{cond_text}", decision.outcome,
-                                              cond.name if cond is not None else None))
+                                              cond[0] if cond is not None else None))
         else:
             delay = backoff(op.attempts, *self.retry_backoff)
             if time.monotonic() + delay >= op.deadline:
@@ -283,7 +276,7 @@ class Outbox:
                 op.retry_timer = None
         self._cancel_timer(op)
 
-    def on_link_closed(self, link: Sender, error: RpcException) -> None:
+    def on_link_closed(self, link: Link, error: RpcException) -> None:
         """The router closed (or refused) one of our sender links: fail what waited on it."""
         st = self._by_name.pop(link.name, None)
         if st is None:
@@ -293,9 +286,9 @@ class Outbox:
                 self._links.pop(target, None)
         waiting = list(st.queue)
         st.queue.clear()
-        lost = [k for k in self._unsettled if k[0] == link.name]
+        lost = [k for k, (owner, _) in self._unsettled.items() if owner is st]
         for k in lost:
-            waiting.append(self._unsettled.pop(k))
+            waiting.append(self._unsettled.pop(k)[1])
         for op in waiting:
             if op.state in (QUEUED, SENT):
                 self._finish(op, error)

@@ -56,6 +56,7 @@ class RpcServer(Consumer):
 
     def _process(self, request: Message) -> bytes | None:
         """Worker thread: run the handler for one request; the encoded reply (None for a cast)."""
+        reply_to = request.reply_to
         try:
             result = self.handler(request.body, dict(request.properties or {}))
         except Requeue:
@@ -63,16 +64,16 @@ class RpcServer(Consumer):
         except Exception as exc:
             self._count("failed")
             log.debug("%s: handler for %s raised", self._core.name, self.address, exc_info=True)
-            if not request.reply_to:
+            if not reply_to:
                 log.warning("%s: cast handler for %s raised %s", self._core.name, self.address,
                             messages.describe_exception(exc))
                 return None
             return messages.error_reply(request, exc).encode()
-        if not request.reply_to:
+        if not reply_to:
             self._count("served")
             return None
         try:
-            payload = messages.reply(request, result).encode()
+            payload = messages.encode_reply(request, result)
         except Exception as exc:           # the result is not AMQP-encodable
             self._count("failed")
             return messages.error_reply(request, TypeError(f"reply not encodable: {exc}")).encode()

@@ -130,6 +130,66 @@ def test_concurrent_calls_from_eight_threads_are_demultiplexed(rpc_node, rpc):
     assert stats["replies"] == 200 and stats["late_replies"] == 0 and stats["waiting"] == 0
 
 
+def test_direct_and_queued_sends_from_many_threads_stay_consistent(rpc_node, rpc):
+    """Caller threads and server workers send on the loop's connection themselves when the loop is idle
+    (EventLoop.call_soon), else through its queue. 16 callers mixing calls and casts on one client, 8
+    server workers: every reply reaches its own caller, every cast is handled once and in each thread's
+    order, both paths were taken, and nothing is left in flight or unsettled afterwards."""
+    seen: dict[int, list[int]] = {}
+    seen_lock = threading.Lock()
+
+    def note(body, props):
+        with seen_lock:
+            seen.setdefault(body["thread"], []).append(body["seq"])
+
+    rpc.server(rpc_node.url, "balanced/stress", lambda body, props: [body, props["k"]], workers=8)
+    sink = rpc.server(rpc_node.url, "balanced/stress-casts", note, workers=8)
+    client = rpc.client(rpc_node.url)
+    client.call("balanced/stress", 0, properties={"k": 0})
+    loop = client._loop
+    counts = {"call_soon": 0, "queued": 0}
+    real_call_soon, real_submit = loop.call_soon, loop.submit
+
+    count_lock = threading.Lock()
+
+    def call_soon(fn):
+        with count_lock:
+            counts["call_soon"] += 1
+        return real_call_soon(fn)
+
+    def submit(fn):
+        with count_lock:
+            counts["queued"] += 1
+        return real_submit(fn)
+
+    loop.call_soon, loop.submit = call_soon, submit
+
+    def caller(thread: int) -> list:
+        bad = []
+        for i in range(120):
+            if i % 4 == 3:
+                client.cast("balanced/stress-casts", {"thread": thread, "seq": i})
+                continue
+            body = {"thread": thread, "i": i, "pad": "p" * (i % 7) * 50}
+            reply = client.call("balanced/stress", body, properties={"k": f"{thread}.{i}"})
+            if reply != [body, f"{thread}.{i}"]:
+                bad.append((body, reply))
+        return bad
+
+    with ThreadPoolExecutor(16) as pool:
+        assert all(not bad for bad in pool.map(caller, range(16)))
+    loop.call_soon, loop.submit = real_call_soon, real_submit
+    assert seen == {t: list(range(3, 120, 4)) for t in range(16)}       # once each, in each thread's order
+    assert counts["call_soon"] == 16 * 120
+    assert 0 < counts["queued"] < counts["call_soon"], counts        # both the direct and the queued path
+    wait_for(lambda: client.stats()["unsettled"] == 0, what="every request settled")
+    stats = client.stats()
+    assert (stats["calls_in_flight"], stats["waiting"], stats["queued"]) == (0, 0, 0)
+    assert stats["late_replies"] == 0
+    assert stats["replies"] == 1 + 16 * 90
+    wait_for(lambda: sink.stats()["accepted"] == 16 * 30, what="every cast accepted")
+
+
 def test_call_without_server_times_out_and_nothing_stays_buffered(rpc_node, rpc):
     client = rpc.client(rpc_node.url)
     started = time.monotonic()
@@ -367,3 +427,17 @@ def test_node_dying_fails_calls_with_connection_error(rpc_node, rpc):
             future.result(TIMEOUT)
     gate.set()
     assert not client.connected
+
+
+def test_idle_client_and_server_keep_their_connections_with_heartbeats(node_factory, rpc):
+    """The node drops a connection that says nothing for its idle timeout (here 1 s); router.rpc drives
+    Proton's idle-timeout ticks itself, so an idle client and server stay connected."""
+    from tests.support.nodes import MESH_RULES
+
+    node = node_factory("A", rules=MESH_RULES, idle_timeout=1)
+    rpc.server(node.url, "balanced/idle", echo)
+    client = rpc.client(node.url)
+    assert client.call("balanced/idle", "before") == "echo: before"
+    time.sleep(3.5)
+    assert client.connected
+    assert client.call("balanced/idle", "after") == "echo: after"

@@ -190,6 +190,58 @@ def test_reply_and_error_reply_layout():
     assert info.value.exc_type == "ValueError" and info.value.remote_message == "bad input"
 
 
+def _decoded(data: bytes) -> Message:
+    msg = Message()
+    msg.decode(data)
+    return msg
+
+
+def _norm(value: object) -> object:
+    """A value with its types spelled out (memoryviews, which Proton returns for binary, as bytes)."""
+    if isinstance(value, memoryview):
+        return ("binary", bytes(value))
+    if isinstance(value, dict):
+        return ("map", sorted(((repr(_norm(k)), _norm(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, [_norm(v) for v in value])
+    return (type(value).__name__, value)
+
+
+def _fields(msg: Message) -> tuple:
+    return (_norm(msg.body), msg.id, msg.correlation_id, msg.address, msg.reply_to, _norm(msg.properties),
+            msg.durable, msg.priority, msg.ttl, msg.first_acquirer, msg.delivery_count)
+
+
+BODIES = ["x" * 64, "", "é" * 300, "y" * 70_000, b"bin", 5, -3, 2**63 - 1, 1.5, True, None, [1, "a", None],
+          (1, 2), {"a": 1, "b": [1, {"c": b"d"}]}, {7: "x"}, {}]
+
+
+@pytest.mark.parametrize("body", BODIES)
+@pytest.mark.parametrize("properties", [None, {"k": "v", "n": 3, "l": [1.5, None]}])
+def test_fast_encoding_decodes_like_protons(body, properties):
+    """encode_request / encode_reply (router.amqp for plain values) give the receiver the same message as
+    python-qpid-proton's Message.encode."""
+    fast = messages.encode_request("svc/x", body, "c:1", "amqp:/_topo/0/A/temp.x", properties)
+    slow = messages.request("svc/x", body, "c:1", "amqp:/_topo/0/A/temp.x", properties).encode()
+    assert _fields(_decoded(fast)) == _fields(_decoded(slow))
+    req = _decoded(slow)
+    result = messages.Reply(body, properties or {})
+    assert _fields(_decoded(messages.encode_reply(req, result))) == \
+        _fields(_decoded(messages.reply(req, result).encode()))
+
+
+def test_proton_types_and_odd_values_still_go_through_proton():
+    from proton import symbol, ulong
+
+    for body in (symbol("s"), ulong(3), [symbol("s")], {"k": ulong(1)}):
+        fast = messages.encode_request("svc/x", body, "c:1", None)
+        slow = messages.request("svc/x", body, "c:1", None).encode()
+        assert _fields(_decoded(fast)) == _fields(_decoded(slow))
+    for bad in (2**64 - 1, object()):       # Proton cannot encode these: the same error as before
+        with pytest.raises((OverflowError, KeyError, TypeError)):
+            messages.encode_request("svc/x", bad, "c:1", None)
+
+
 def test_notification_round_trip():
     msg = messages.notification("n/t.info", "compute.start", {"id": 3}, "info", "host-1")
     decoded = Message()
@@ -216,22 +268,18 @@ class _FakeLink:
 
 
 class _FakeDelivery:
+    """Stands for a pn_delivery_t*: the core hands it to ``wire.settle`` with the state it chose."""
+
     def __init__(self) -> None:
         self.settled = False
         self.state: int | None = None
-
-    def update(self, state: int) -> None:
-        self.state = state
-
-    def settle(self) -> None:
-        self.settled = True
 
 
 class _FakeEvent:
     def __init__(self, link: _FakeLink, message: Message) -> None:
         self.link = link
         self.delivery = _FakeDelivery()
-        self.message = message
+        self.data = bytes(message.encode())
 
 
 def test_client_core_routes_replies_by_correlation_id():
@@ -260,8 +308,20 @@ def test_client_core_routes_replies_by_correlation_id():
         core.calls[mid] = op
     events = [_FakeEvent(link, Message(body=f"r{n}", correlation_id=f"p:{n}")) for n in (3, 1)]
     events.append(_FakeEvent(link, Message(body="stray", correlation_id="other:9")))
+
+    def settle(delivery: _FakeDelivery, state: int | None, lazy: bool = False) -> None:
+        delivery.state, delivery.settled = state, True
+
+    core.wire.settle = settle
+
+    def end_of_turn() -> None:          # what the loop does once it releases the engine: wake callers
+        deferred, core.loop._deferred = core.loop._deferred, []
+        core.loop._run_deferred(deferred)
+
     for ev in events:
-        core.on_message(ev)
+        core.on_message(ev.link, ev.delivery, ev.data, False)
+    assert not any(w.done for w in waiters.values())       # nobody woken while the engine is held
+    end_of_turn()
     assert all(ev.delivery.settled and ev.delivery.state == Delivery.ACCEPTED for ev in events)
     assert waiters["p:3"].result().body == "r3" and waiters["p:1"].result().body == "r1"
     assert not waiters["p:2"].done and set(core.calls) == {"p:2"}
@@ -269,6 +329,7 @@ def test_client_core_routes_replies_by_correlation_id():
     assert pending.late_replies == 1 and core.replies == 3
     # a reply on some other receiver is not a reply: released, never matched
     other = _FakeEvent(_FakeLink("not-the-reply-link"), Message(body="x", correlation_id="p:2"))
-    core.on_message(other)
+    core.on_message(other.link, other.delivery, other.data, False)
+    end_of_turn()
     assert other.delivery.state == Delivery.RELEASED and not waiters["p:2"].done
     assert core.loop.stop()                  # never started: just closes its wake-up pipe
