@@ -17,6 +17,9 @@ Paths (the measured node is M; the C load generator of ../shared/bench sends and
     .venv/bin/python benchmarks/instr_ab.py --base 79417eb [--paths node,transit] [--count 20000]
 
 Writes benchmarks/results/<timestamp>-instr-ab.json and prints one line per path with the ratio B/A.
+Without ``--base`` only the working tree is measured, and each path is compared with the single-node
+hop (issue 21: a transit or egress hop should cost no more than ``node``). ``--keep DIR`` copies each
+run's callgrind file there (``callgrind_annotate --inclusive=yes DIR/<file>``).
 """
 
 from __future__ import annotations
@@ -119,16 +122,43 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
         m = re.search(r"Collected : (\d+)", (tmp / "M.out").read_text(errors="replace"))
         if m is None:
             raise SystemExit(f"no instruction count from callgrind:\n{(tmp / 'M.out').read_text()[-1500:]}")
+        if a.keep is not None:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            label = "tree" if tree == REPO else "base"
+            n = len(list(a.keep.glob(f"callgrind-{path}-{label}-*.out")))
+            (a.keep / f"callgrind-{path}-{label}-{n + 1}.out").write_bytes(out.read_bytes())
         return int(m.group(1)) / a.count
+
+
+def hops_only(paths: list[str], a: argparse.Namespace) -> int:
+    """Measure the working tree alone: instructions per message of each hop kind, and each against `node`."""
+    counts: dict[str, list[float]] = {p: [] for p in paths}
+    for i in range(a.rounds):
+        for path in paths:
+            counts[path].append(one_round(REPO, path, a))
+            print(f"{path} round {i + 1}: {counts[path][-1]:,.0f} instructions/msg", flush=True)
+    low = {p: min(c) for p, c in counts.items()}
+    for path in paths:
+        vs = f" ({low[path] / low['node']:.2f}x node)" if "node" in low else ""
+        print(f"{path:8} {low[path]:,.0f} instructions/msg (lowest of {a.rounds}){vs}", flush=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-instr-hops.json"
+    summary = {"count": a.count, "rounds": a.rounds, "lowest": low, "runs": counts}
+    out.write_text(json.dumps(summary, indent=2))
+    print(f"Results: {out.relative_to(REPO)}")
+    return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True, help="git revision A (e.g. a commit before the change)")
+    ap.add_argument("--base", default=None,
+                    help="git revision A (e.g. a commit before the change); none: the working tree alone")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, from {', '.join(PATHS)}")
     ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="copy each run's callgrind file into this directory")
     a = ap.parse_args()
     paths = [p for p in a.paths.split(",") if p]
     unknown = set(paths) - set(PATHS)
@@ -136,6 +166,8 @@ def main() -> int:
         ap.error(f"unknown paths: {', '.join(sorted(unknown))}")
     if not AMQPBENCH.exists():
         raise SystemExit("build the load generator first: benchmarks/node_bench.py builds benchmarks/build/")
+    if a.base is None:
+        return hops_only(paths, a)
     rows = []
     with tempfile.TemporaryDirectory(prefix="instr-ab-base-") as tmp:
         base = extract(a.base, Path(tmp))

@@ -48,6 +48,7 @@ from router.amqp.annotations import (
     with_hop,
 )
 from router.amqp.codec import MalformedError, scan_message
+from router.amqp.peersections import BIG, PeerSections
 from router.amqp.sections import client_sections
 from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
 from router.forwarding.records import (
@@ -73,6 +74,7 @@ class Deliveries:
     def __init__(self, engine: object) -> None:
         self.core = engine.core
         self.node_id = engine.node_id
+        self.peer_sections = PeerSections(self.node_id)    # messages from peers, by annotations section
         self.links = engine.links
         self.dirty = engine.dirty
         self.engine = engine
@@ -151,19 +153,18 @@ class Deliveries:
         if n < 0:                       # an empty transfer (PN_EOS): there is no message to pass on
             self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", b"empty message"))
             return
-        if not rec.router:              # a client's message: sections in AMQP order, no router keys
-            try:
-                if client_sections(self.view, n):
-                    buf, n = self._strip(buf, n)
-            except MalformedError as exc:
-                why = f"{BAD_SECTIONS}{exc}".encode()
-                self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
-                return
+        if rec.router:                  # from a peer node: routed by its router annotations
+            self._from_peer(d, rec, ffi.buffer(buf, n)[:], presettled)
+            return
+        try:                            # a client's message: sections in AMQP order, no router keys
+            if client_sections(self.view, n):
+                buf, n = self._strip(buf, n)
+        except MalformedError as exc:
+            why = f"{BAD_SECTIONS}{exc}".encode()
+            self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
+            return
         a = rec.address
         if a is None:
-            if rec.router:
-                self._from_router(d, rec, ffi.buffer(buf, n)[:], presettled)
-                return
             key = self._anonymous_key(d, buf, n, presettled, rec)
             if key is None:
                 return
@@ -246,8 +247,52 @@ class Deliveries:
         return key
 
     # ---- across the mesh -----------------------------------------------------------------------------
+    def _from_peer(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
+        """A complete transfer from a peer node. The common case (an anycast address, annotations as a
+        meshrouter ingress writes them) is read from the table of sections seen before
+        (router.amqp.peersections) and forwarded here; anything else takes `_from_router`."""
+        found = self.peer_sections.find(data)
+        if found is None:
+            self._from_router(d, p, data, presettled)
+            return
+        start, end, s = found
+        core = self.core
+        key = s.key
+        routed = core.route_from_peer(p, key, p.conn.router.node_id, s.hops)
+        if routed is None:                      # multicast
+            self._from_router(d, p, data, presettled)
+            return
+        c, rd = routed
+        obs = self.obs
+        if obs is not None and p.credit == 0:
+            obs.event("credit_starved_start", p.handle, key, p.conn.peer)
+        if c is None:
+            self._unroutable(d, p, presettled, key, len(data))
+            return
+        section = s.to_client if c.peer is None else s.to_peer
+        n = len(data)
+        if n > BIG:
+            view = memoryview(data)
+            out = b"".join((view[:start], section, view[end:]))
+        else:
+            out = b"".join((data[:start], section, data[end:]))
+        if c.busy:
+            core.hold(c, Held(out, d, p, presettled, None, key, s.ann, rd))
+            return
+        handle = c.handle               # send_whole, inlined
+        self._tagnum[0] += 1
+        od = pn_delivery(handle, self._tag)
+        n = len(out)
+        pn_link_send(handle, out, n)
+        pn_link_advance(handle)
+        self.dirty.add(c.conn)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if obs is None else obs.route_of(key, p, c, s.ann, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, s.ann, rd, n)
+
     def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
-        """A complete transfer from a peer node: route it by its router annotations."""
+        """A complete transfer from a peer node: route it by its router annotations (the general path)."""
         try:
             layout = router_view(data)          # the common form, read at a fraction of the cost
             if layout is None:

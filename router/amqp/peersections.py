@@ -1,0 +1,121 @@
+"""The message annotations of a message from a peer node, read and rewritten once per distinct section.
+
+A transit or egress node gets, from its peers, messages whose message-annotations section is what a
+meshrouter ingress writes (:class:`router.amqp.annotations.RouterView`: ``x-opt-qd.ingress``, ``.trace``,
+``.to`` first). Every message of one stream between the same two nodes carries the same section, byte for
+byte, so everything the node derives from it is derived once and kept (:class:`PeerSection`): the router
+annotations, the routing key (``x-opt-qd.to``), the section rewritten for the next peer (this node's hop
+added to the trace) and the section stripped for a client. A message then costs one walk over its header
+and delivery annotations to find the section, one dict lookup, and one join of three slices.
+
+:class:`PeerSections` holds the table of one node (the rewritten section names the node). A section not in
+the common form (:func:`router.amqp.annotations.router_view` says None) is not kept: the caller takes the
+general path (router.amqp.annotations.AnnotationLayout).
+
+Measured (BENCHMARKS.md, "Per-hop CPU (issue 21)"): this path replaced ``router_view`` + ``with_hop`` +
+``RouterView.rewrite`` per message, about a quarter of a transit hop's instructions.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from router.amqp.annotations import (
+    _DELIVERY_ANN,
+    _HEADER,
+    _MA_DESCRIPTOR,
+    _U32X2_FROM,
+    RouterAnnotations,
+    _composite_end,
+    _encode_router,
+    _map_header,
+    router_view,
+    with_hop,
+)
+
+__all__ = ["PeerSection", "PeerSections", "BIG"]
+
+MAX_SECTIONS = 4096      # distinct sections kept per node (a mesh has few: one per ingress, trace and `to`)
+BIG = 4096               # messages longer than this are joined from memoryview slices (one copy, by join)
+
+
+class PeerSection:
+    """What one distinct message-annotations section from a peer gives: read once, used per message."""
+
+    __slots__ = ("ann", "key", "hops", "to_peer", "to_client")
+
+    def __init__(self, ann: RouterAnnotations, to_peer: bytes, to_client: bytes) -> None:
+        self.ann = ann                  # shared by every message with this section: never changed
+        self.key = ann.to               # the routing key (the form always has x-opt-qd.to)
+        self.hops = len(ann.trace)      # nodes crossed so far (the hop limit compares it with the radius)
+        self.to_peer = to_peer          # the section with this node's hop added
+        self.to_client = to_client      # the section without router keys (b"": none left, dropped)
+
+
+class PeerSections:
+    """One node's table of sections from peers (:class:`PeerSection` by the section's bytes)."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self._table: dict[bytes, PeerSection] = {}
+        # the bytes of the last message found, up to the end of its section, and what was found: where
+        # a message starts with the same bytes, its sections lie at the same offsets (one comparison)
+        self._last: tuple[bytes, tuple[int, int, PeerSection]] | None = None
+
+    def find(self, data: bytes) -> tuple[int, int, PeerSection] | None:
+        """``(start, end, section)`` of the complete message `data`'s message annotations, or None when
+        they are not in the common form (or absent): the general path then reads the message."""
+        last = self._last
+        if last is not None and data.startswith(last[0]):
+            return last[1]
+        try:
+            p = 0
+            if data.startswith(_HEADER):
+                p = _composite_end(data, 3)
+                if p < 0:
+                    return None
+            if data.startswith(_DELIVERY_ANN, p):
+                p = _composite_end(data, p + 3)
+                if p < 0:
+                    return None
+            if not data.startswith(_MA_DESCRIPTOR, p):
+                return None
+            c = data[p + 3]
+            if c == 0xC1:
+                end = p + 5 + data[p + 4]
+            elif c == 0xD1:
+                end = p + 8 + _U32X2_FROM(data, p + 4)[0]
+            else:
+                return None
+        except (IndexError, struct.error):
+            return None
+        if end > len(data):
+            return None
+        key = data[p:end]
+        s = self._table.get(key)
+        if s is None:
+            s = self._learn(data, p, end, key)
+            if s is None:
+                return None
+        found = p, end, s
+        self._last = (data[:end], found)
+        return found
+
+    def _learn(self, data: bytes, start: int, end: int, section: bytes) -> PeerSection | None:
+        """Read a section not seen before (through router_view) and keep what it gives."""
+        view = router_view(data)
+        if view is None or view._start != start or view._end != end:
+            return None
+        ann = view.read()
+        if not ann.to:
+            return None                 # routed by the message's own `to`: the general path
+        others = data[view._rest:end]
+        kept = view._kept
+        enc, n = _encode_router(with_hop(ann, self.node_id))
+        to_peer = b"".join((_MA_DESCRIPTOR, _map_header(len(enc) + len(others), n + kept), enc, others))
+        to_client = b"".join((_MA_DESCRIPTOR, _map_header(len(others), kept), others)) if kept else b""
+        s = PeerSection(ann, to_peer, to_client)
+        if len(self._table) >= MAX_SECTIONS:
+            self._table.clear()
+        self._table[section] = s
+        return s
