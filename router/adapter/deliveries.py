@@ -49,7 +49,7 @@ from router.amqp.annotations import (
 )
 from router.amqp.codec import MalformedError, scan_message
 from router.amqp.peersections import BIG, PeerSections
-from router.amqp.sections import client_sections
+from router.amqp.sections import SectionShapes
 from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
 from router.forwarding.records import (
     ACCEPTED,
@@ -75,6 +75,7 @@ class Deliveries:
         self.core = engine.core
         self.node_id = engine.node_id
         self.peer_sections = PeerSections(self.node_id)    # messages from peers, by annotations section
+        self.check_sections = SectionShapes().check        # client_sections, fast for a known shape
         self.links = engine.links
         self.dirty = engine.dirty
         self.engine = engine
@@ -154,10 +155,10 @@ class Deliveries:
             self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", b"empty message"))
             return
         if rec.router:                  # from a peer node: routed by its router annotations
-            self._from_peer(d, rec, ffi.buffer(buf, n)[:], presettled)
+            self._from_peer(d, rec, self.view[:n].tobytes(), presettled)
             return
         try:                            # a client's message: sections in AMQP order, no router keys
-            if client_sections(self.view, n):
+            if self.check_sections(self.view, n):
                 buf, n = self._strip(buf, n)
         except MalformedError as exc:
             why = f"{BAD_SECTIONS}{exc}".encode()
@@ -170,10 +171,10 @@ class Deliveries:
                 return
             a = self.core.resolve(key)
             if a is not None and a.remote:
-                self._to_mesh(d, rec, a, key, ffi.buffer(buf, n)[:], presettled)
+                self._to_mesh(d, rec, a, key, self.view[:n].tobytes(), presettled)
                 return
         elif a.remote:
-            self._to_mesh(d, rec, a, a.key, ffi.buffer(buf, n)[:], presettled)
+            self._to_mesh(d, rec, a, a.key, self.view[:n].tobytes(), presettled)
             return
         core = self.core
         c = core.route(rec, a, presettled)
