@@ -252,11 +252,15 @@ class Deliveries:
         """A complete transfer from a peer node. The common case (an anycast address, annotations as a
         meshrouter ingress writes them) is read from the table of sections seen before
         (router.amqp.peersections) and forwarded here; anything else takes `_from_router`."""
-        found = self.peer_sections.find(data)
-        if found is None:
-            self._from_router(d, p, data, presettled)
-            return
-        start, end, s = found
+        last = self.peer_sections.last             # the same stream as the last message: the usual case
+        if last is not None and data.startswith(last[0]):
+            end, to_peer, to_client, s = last[1]
+        else:
+            found = self.peer_sections.find(data)
+            if found is None:
+                self._from_router(d, p, data, presettled)
+                return
+            end, to_peer, to_client, s = found
         core = self.core
         key = s.key
         routed = core.route_from_peer(p, key, p.conn.router.node_id, s.hops)
@@ -270,13 +274,8 @@ class Deliveries:
         if c is None:
             self._unroutable(d, p, presettled, key, len(data))
             return
-        section = s.to_client if c.peer is None else s.to_peer
-        n = len(data)
-        if n > BIG:
-            view = memoryview(data)
-            out = b"".join((view[:start], section, view[end:]))
-        else:
-            out = b"".join((data[:start], section, data[end:]))
+        head = to_client if c.peer is None else to_peer
+        out = head + data[end:] if len(data) <= BIG else b"".join((head, memoryview(data)[end:]))
         if c.busy:
             core.hold(c, Held(out, d, p, presettled, None, key, s.ann, rd))
             return

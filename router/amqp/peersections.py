@@ -6,11 +6,13 @@ meshrouter ingress writes (:class:`router.amqp.annotations.RouterView`: ``x-opt-
 byte, so everything the node derives from it is derived once and kept (:class:`PeerSection`): the router
 annotations, the routing key (``x-opt-qd.to``), the section rewritten for the next peer (this node's hop
 added to the trace) and the section stripped for a client. A message then costs one walk over its header
-and delivery annotations to find the section, one dict lookup, and one join of three slices.
+and delivery annotations to find the section, one dict lookup, and one join.
 
 :class:`PeerSections` holds the table of one node (the rewritten section names the node). A section not in
 the common form (:func:`router.amqp.annotations.router_view` says None) is not kept: the caller takes the
-general path (router.amqp.annotations.AnnotationLayout).
+general path (router.amqp.annotations.AnnotationLayout). The last message's bytes up to the end of its
+section are kept too, with those bytes rewritten both ways: the next message of the same stream (the same
+header and section, the usual case) is found by one comparison and sent as one of them plus its own rest.
 
 Measured (BENCHMARKS.md, "Per-hop CPU (issue 21)"): this path replaced ``router_view`` + ``with_hop`` +
 ``RouterView.rewrite`` per message, about a quarter of a transit hop's instructions.
@@ -33,7 +35,7 @@ from router.amqp.annotations import (
     with_hop,
 )
 
-__all__ = ["PeerSection", "PeerSections", "BIG"]
+__all__ = ["BIG", "Found", "PeerSection", "PeerSections"]
 
 MAX_SECTIONS = 4096      # distinct sections kept per node (a mesh has few: one per ingress, trace and `to`)
 BIG = 4096               # messages longer than this are joined from memoryview slices (one copy, by join)
@@ -52,20 +54,27 @@ class PeerSection:
         self.to_client = to_client      # the section without router keys (b"": none left, dropped)
 
 
+# (end of the section, the bytes up to it rewritten for a peer, the same for a client, the section): the
+# message to send is the one or the other followed by the message's bytes from `end` on
+Found = tuple[int, bytes, bytes, PeerSection]
+
+
 class PeerSections:
     """One node's table of sections from peers (:class:`PeerSection` by the section's bytes)."""
 
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self._table: dict[bytes, PeerSection] = {}
-        # the bytes of the last message found, up to the end of its section, and what was found: where
-        # a message starts with the same bytes, its sections lie at the same offsets (one comparison)
-        self._last: tuple[bytes, tuple[int, int, PeerSection]] | None = None
+        # the bytes of the last message found, up to the end of its section, and what was found: a
+        # message that starts with the same bytes has the same sections there (one comparison; the
+        # caller may test `last` itself)
+        self.last: tuple[bytes, Found] | None = None
 
-    def find(self, data: bytes) -> tuple[int, int, PeerSection] | None:
-        """``(start, end, section)`` of the complete message `data`'s message annotations, or None when
-        they are not in the common form (or absent): the general path then reads the message."""
-        last = self._last
+    def find(self, data: bytes) -> Found | None:
+        """What the complete message `data` starts with, up to the end of its message annotations
+        (`Found`), or None when they are not in the common form (or absent): the general path then reads
+        the message."""
+        last = self.last
         if last is not None and data.startswith(last[0]):
             return last[1]
         try:
@@ -97,8 +106,9 @@ class PeerSections:
             s = self._learn(data, p, end, key)
             if s is None:
                 return None
-        found = p, end, s
-        self._last = (data[:end], found)
+        head = data[:p]
+        found = end, head + s.to_peer, head + s.to_client, s
+        self.last = (data[:end], found)
         return found
 
     def _learn(self, data: bytes, start: int, end: int, section: bytes) -> PeerSection | None:
