@@ -48,7 +48,7 @@ from router.amqp.annotations import (
     with_hop,
 )
 from router.amqp.codec import MalformedError, scan_message
-from router.amqp.peersections import BIG, PeerSections
+from router.amqp.peersections import BIG, IngressSections, PeerSections, insertion_point
 from router.amqp.sections import SectionShapes
 from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
 from router.forwarding.records import (
@@ -75,6 +75,7 @@ class Deliveries:
         self.core = engine.core
         self.node_id = engine.node_id
         self.peer_sections = PeerSections(self.node_id)    # messages from peers, by annotations section
+        self.ingress_sections = IngressSections(self.node_id)   # what we add to clients' messages, by key
         self.check_sections = SectionShapes().check        # client_sections, fast for a known shape
         self.links = engine.links
         self.dirty = engine.dirty
@@ -174,7 +175,10 @@ class Deliveries:
                 self._to_mesh(d, rec, a, key, self.view[:n].tobytes(), presettled)
                 return
         elif a.remote:
-            self._to_mesh(d, rec, a, a.key, self.view[:n].tobytes(), presettled)
+            if a.multicast:
+                self._to_mesh(d, rec, a, a.key, self.view[:n].tobytes(), presettled)
+            else:
+                self._ingress(d, rec, a, self.view[:n].tobytes(), presettled)
             return
         core = self.core
         c = core.route(rec, a, presettled)
@@ -290,6 +294,47 @@ class Deliveries:
                          -1 if obs is None else obs.route_of(key, p, c, s.ann, rd))
         if mode:
             self._settled_on_the_way(mode, d, od, p, key, c, s.ann, rd, n)
+
+    def _ingress(self, d: object, p: Producer, a: Address, data: bytes, presettled: bool) -> None:
+        """A client's complete message on a named link for anycast address `a`, which other nodes serve:
+        `_to_mesh` for the usual case (the annotations section made once per address, inserted)."""
+        core = self.core
+        key = a.key
+        kind, c, rd = core.route_mesh(p, a, presettled)
+        obs = self.obs
+        if obs is not None and p.credit == 0:
+            obs.event("credit_starved_start", p.handle, key, p.conn.peer)
+        if not kind:
+            self._unroutable(d, p, presettled, key, len(data))
+            return
+        out = data
+        if c.peer is not None:
+            at = insertion_point(data)
+            if at < 0:                          # annotations of its own: the general rewrite
+                try:
+                    out = self.rewritten(True, key, data, None, None)
+                except MalformedError:
+                    self._reject(d, p, presettled, UNREADABLE, counted=True)
+                    return
+            elif len(data) <= BIG:
+                out = data[:at] + self.ingress_sections.section(key) + data[at:]
+            else:
+                view = memoryview(data)
+                out = b"".join((view[:at], self.ingress_sections.section(key), view[at:]))
+        if kind == HOLD:
+            core.hold(c, Held(out, d, p, presettled, None, key, None, rd))
+            return
+        handle = c.handle               # send_whole, inlined
+        self._tagnum[0] += 1
+        od = pn_delivery(handle, self._tag)
+        n = len(out)
+        pn_link_send(handle, out, n)
+        pn_link_advance(handle)
+        self.dirty.add(c.conn)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if obs is None else obs.route_of(key, p, c, None, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, None, rd, n)
 
     def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
         """A complete transfer from a peer node: route it by its router annotations (the general path)."""

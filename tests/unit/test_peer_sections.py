@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from proton import Message, symbol
 
-from router.amqp.annotations import AnnotationLayout, RouterAnnotations, rewrite, with_hop
-from router.amqp.peersections import PeerSections
+from router.amqp.annotations import AnnotationLayout, RouterAnnotations, annotate_ingress, rewrite, with_hop
+from router.amqp.peersections import IngressSections, PeerSections, insertion_point
 
 
 def message(header: bool, delivery_ann: bool, user_ann: dict | None, body=b"payload", mid="m1") -> bytes:
@@ -84,3 +84,22 @@ def test_a_changed_section_is_never_taken_for_the_last_one() -> None:
     for cut in range(len(first)):                 # a truncated message is never read as the last one
         found = table.find(first[:cut])
         assert found is None or found[0] <= cut
+
+
+@pytest.mark.parametrize("header", [False, True])
+@pytest.mark.parametrize("delivery_ann", [False, True])
+@pytest.mark.parametrize("body", [b"payload", b"z" * 5000])
+def test_ingress_section_agrees_with_annotate_ingress(header, delivery_ann, body) -> None:
+    sections = IngressSections("Z")
+    for key in ("svc/x", "_topo/0/D/temp.abc", "svc/ünï", "svc/x"):
+        data = message(header, delivery_ann, None, body)
+        at = insertion_point(data)
+        assert at >= 0
+        assert data[:at] + sections.section(key) + data[at:] == annotate_ingress(
+            data, RouterAnnotations("0/Z", ["0/Z"], key))
+
+
+def test_messages_with_annotations_take_the_general_path() -> None:
+    assert insertion_point(message(True, True, USER)) == -1
+    assert insertion_point(message(False, False, USER)) == -1
+    assert insertion_point(b"") == 0            # (an empty transfer never gets here: rejected before)
