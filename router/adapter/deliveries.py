@@ -5,10 +5,11 @@ buffer, ask the core (`route` -> TO_ONE and a consumer), send the same bytes on 
 and tell the core (`sent`, which answers with the send mode). When the consumer settles, `settle` pops the
 in-flight entry and its outcome (with details) is copied back to the producer's delivery. Bodies are never
 decoded; only anonymous-relay transfers are scanned for `to`, and transfers from peers for their router
-annotations (router.amqp.annotations). An anonymous-relay message's `to` is checked against the policy
-(router.policy: a `$management` request goes to the agent's address for the sender's management level,
-other `$` services are refused, and `targets` when the sender's group restricts them); a named link was
-checked once, at attach.
+annotations (router.amqp.annotations; router.amqp.peersections keeps what each distinct annotations section
+gives, so a stream between two nodes is read once, and the section an ingress adds, per address). An
+anonymous-relay message's `to` is checked against the policy (router.policy: a `$management` request goes
+to the agent's address for the sender's management level, other `$` services are refused, and `targets`
+when the sender's group restricts them); a named link was checked once, at attach.
 
 Every path applies the core's decisions the same way: a send mode other than TRACKED settles the copy on
 the way out (`_settled_on_the_way`); a HOLD keeps the bytes until the consumer's stream ends
