@@ -19,7 +19,8 @@ stop_mesh.sh with their own run directory).
     .venv/bin/python benchmarks/qdr_compare.py --rounds 5 [--cases chain,mesh4,single] [--count 200000]
 
 Prints every round and a table of medians and ratios (meshrouter / qdrouterd); writes
-benchmarks/results/<timestamp>-qdr-compare.json.
+benchmarks/results/<timestamp>-qdr-compare.json. ``--base REV`` also runs meshrouter at git revision REV
+(extracted as code_ab.py does) in every round, for a before/after in the same window.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ for _path in (BENCH_DIR, BENCH_DIR.parent):
 
 import mesh_bench as mb  # noqa: E402
 import node_bench as nb  # noqa: E402
+from code_ab import extract  # noqa: E402
 
 QDR_DIR = Path("/work/shared/bench/qdr")
 RESULTS_DIR = BENCH_DIR / "results"
@@ -107,9 +109,27 @@ def values(res: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_meshrouter(a: argparse.Namespace, case: str, tmp: Path, keep: list[Path]) -> dict[str, Any]:
+def run_meshrouter(a: argparse.Namespace, case: str, tmp: Path, keep: list[Path],
+                   tree: Path | None = None) -> dict[str, Any]:
+    """meshrouter from this tree, or from `tree` (the code of --base)."""
     make, _, send, recv, workloads = CASES[case]
     topo = (make or single_topology)(a)
+    saved, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    if tree is not None:        # the nodes run `python -m router` (cwd first on sys.path) from that tree
+        os.environ["PYTHONPATH"] = str(tree)
+        os.chdir(tree)
+    try:
+        return _run_mesh(a, case, topo, send, recv, workloads, tmp, keep)
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def _run_mesh(a: argparse.Namespace, case: str, topo: Any, send: str, recv: str, workloads: str, tmp: Path,
+              keep: list[Path]) -> dict[str, Any]:
     with mb.running_mesh(topo, tmp, keep) as mesh:
         mesh.start()
         if case == "single":
@@ -158,20 +178,28 @@ def main() -> int:
     ap.add_argument("--harness", type=Path, default=nb.DEFAULT_HARNESS)
     for opt in ("--hello-interval", "--link-capacity", "--telemetry"):   # what mesh_bench's topologies read
         ap.add_argument(opt, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--base", default=None,
+                    help="also run meshrouter at this git revision (system `base`) in every round")
     a = ap.parse_args()
     a.client = nb.ensure_client(a.harness)
     cases = [c for c in a.cases.split(",") if c]
     rounds: list[dict[str, Any]] = []
     keep: list[Path] = []
+    systems = ["meshrouter", "qdrouterd"] + (["base"] if a.base else [])
     with tempfile.TemporaryDirectory(prefix="qdr-compare-") as tmpdir:
+        base = None
+        if a.base:
+            (Path(tmpdir) / "base").mkdir()
+            base = extract(a.base, Path(tmpdir) / "base")
         for i in range(a.rounds):
             row: dict[str, Any] = {"round": i + 1, "load": os.getloadavg()}
             for case in cases:
-                order = ("meshrouter", "qdrouterd") if i % 2 == 0 else ("qdrouterd", "meshrouter")
+                order = systems if i % 2 == 0 else systems[::-1]
                 for system in order:
                     tmp = Path(tempfile.mkdtemp(dir=tmpdir))
                     try:
                         got = (run_meshrouter(a, case, tmp, keep) if system == "meshrouter"
+                               else run_meshrouter(a, case, tmp, keep, base) if system == "base"
                                else run_qdrouterd(a, case, tmp))
                     except (mb.BenchError, nb.BenchError, subprocess.TimeoutExpired) as exc:
                         got = {"error": str(exc)[:300]}
@@ -179,7 +207,7 @@ def main() -> int:
                     print(f"round {i + 1} {case} {system}: {json.dumps(got)}", flush=True)
             row["load_after"] = os.getloadavg()
             rounds.append(row)
-    summary = summarize(rounds, cases)
+    summary = summarize(rounds, cases, "base" in systems)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-qdr-compare.json"
     out.write_text(json.dumps({"count": a.count, "qdr_threads": a.qdr_threads or 4, "rounds": rounds,
@@ -188,27 +216,32 @@ def main() -> int:
     return 0
 
 
-def summarize(rounds: list[dict[str, Any]], cases: list[str]) -> list[dict[str, Any]]:
+def summarize(rounds: list[dict[str, Any]], cases: list[str], with_base: bool) -> list[dict[str, Any]]:
     """Medians per case and workload, their ratio, and messages lost; printed as a Markdown table."""
     rows = []
     print("| case | workload | meshrouter (each round) | qdrouterd (each round) | medians | ratio | "
-          "pre-settled lost (mr / qdr) |")
-    print("|---|---|---|---|---|---|---|")
+          "pre-settled lost (mr / qdr) |" + (" base (each round) | base median, ratio |" * with_base))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if with_base else ""))
+    f = lambda xs: ", ".join("-" if x is None else f"{x:,.0f}" for x in xs)  # noqa: E731
     for case in cases:
         for w in CASES[case][4].split(","):
             mr = [r.get(f"{case}/meshrouter", {}).get(w, {}).get("value") for r in rounds]
             qd = [r.get(f"{case}/qdrouterd", {}).get(w, {}).get("value") for r in rounds]
+            bs = [r.get(f"{case}/base", {}).get(w, {}).get("value") for r in rounds]
             lost = None
             if w == "throughput-presettled":
                 lost = ([r.get(f"{case}/meshrouter", {}).get(w, {}).get("missing") for r in rounds],
                         [r.get(f"{case}/qdrouterd", {}).get(w, {}).get("missing") for r in rounds])
-            m1, m2 = med(mr), med(qd)
+            m1, m2, m3 = med(mr), med(qd), med(bs)
             ratio = m1 / m2 if m1 and m2 else None
+            ratio_base = m3 / m2 if m3 and m2 else None
             rows.append({"case": case, "workload": w, "meshrouter": mr, "qdrouterd": qd, "median_mr": m1,
-                         "median_qdr": m2, "ratio": ratio, "lost": lost})
-            f = lambda xs: ", ".join("-" if x is None else f"{x:,.0f}" for x in xs)  # noqa: E731
+                         "median_qdr": m2, "ratio": ratio, "lost": lost, "base": bs, "median_base": m3,
+                         "ratio_base": ratio_base})
+            extra = (f" {f(bs)} | {m3 or 0:,.0f}, {'-' if ratio_base is None else f'{ratio_base:.2f}'} |"
+                     if with_base else "")
             print(f"| {case} | {w} | {f(mr)} | {f(qd)} | {m1 or 0:,.0f} / {m2 or 0:,.0f} | "
-                  f"{'-' if ratio is None else f'{ratio:.2f}'} | {lost if lost else ''} |")
+                  f"{'-' if ratio is None else f'{ratio:.2f}'} | {lost if lost else ''} |{extra}")
     return rows
 
 
