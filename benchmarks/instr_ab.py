@@ -17,6 +17,13 @@ Paths (the measured node is M; the C load generator of ../shared/bench sends and
     .venv/bin/python benchmarks/instr_ab.py --base 79417eb [--paths node,transit] [--count 20000]
 
 Writes benchmarks/results/<timestamp>-instr-ab.json and prints one line per path with the ratio B/A.
+With ``--idle-s S`` the measured node is first counted idle for S seconds (timers, HELLOs: a rate); the
+count per message is then given net of that rate over the traffic's duration. Under callgrind a message
+takes ~50x longer than at full speed, so timer work weighs ~50x more per message than it does for real,
+and more on a node with peers (HELLOs every 0.5 s here) than on a node alone.
+Without ``--base`` only the working tree is measured, and each path is compared with the single-node
+hop (issue 21: a transit or egress hop should cost no more than ``node``). ``--keep DIR`` copies each
+run's callgrind file there (``callgrind_annotate --inclusive=yes DIR/<file>``).
 """
 
 from __future__ import annotations
@@ -102,12 +109,18 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
             url = f"amqp://127.0.0.1:{ports[src][0]}"
             run_amqpbench(AMQPBENCH, "send", "--url", url, "--addr", ADDRESS, "--count", str(a.warmup),
                           "--size", "100")
-            subprocess.run(["callgrind_control", "-i", "on", str(procs["M"].pid)], check=True,
-                           capture_output=True)
+            control = ["callgrind_control", "-i", "on", str(procs["M"].pid)]
+            if a.idle_s:                          # the same node with no traffic: its timers' rate
+                subprocess.run(control, check=True, capture_output=True)
+                time.sleep(a.idle_s)
+                subprocess.run([*control[:1], "-d", control[-1]], check=True, capture_output=True)
+            subprocess.run(control, check=True, capture_output=True)
+            started = time.monotonic()
             run_amqpbench(AMQPBENCH, "send", "--url", url, "--addr", ADDRESS, "--count", str(a.count),
                           "--size", "100")
-            subprocess.run(["callgrind_control", "-i", "off", str(procs["M"].pid)], check=True,
-                           capture_output=True)
+            took = time.monotonic() - started
+            subprocess.run([*control[:1], "-d", control[-1]], check=True, capture_output=True)
+            subprocess.run([*control[:2], "off", control[-1]], check=True, capture_output=True)
         finally:
             for name, proc in procs.items():
                 if name == "recv":
@@ -116,19 +129,67 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                     proc.terminate()
             for proc in procs.values():
                 proc.wait(120)
-        m = re.search(r"Collected : (\d+)", (tmp / "M.out").read_text(errors="replace"))
-        if m is None:
-            raise SystemExit(f"no instruction count from callgrind:\n{(tmp / 'M.out').read_text()[-1500:]}")
-        return int(m.group(1)) / a.count
+        dumps = sorted(tmp.glob("callgrind.out.*"), key=lambda f: int(f.name.rsplit(".", 1)[1]))
+        if len(dumps) != (2 if a.idle_s else 1):
+            raise SystemExit(f"expected callgrind dumps, got {[f.name for f in dumps]}:\n"
+                             f"{(tmp / 'M.out').read_text()[-1500:]}")
+        traffic = _total(dumps[-1])
+        if a.keep is not None:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            label = "tree" if tree == REPO else "base"
+            n = len(list(a.keep.glob(f"callgrind-{path}-{label}-*.out")))
+            (a.keep / f"callgrind-{path}-{label}-{n + 1}.out").write_bytes(dumps[-1].read_bytes())
+        raw = traffic / a.count
+        if not a.idle_s:
+            return raw
+        idle_rate = _total(dumps[0]) / a.idle_s
+        net = (traffic - idle_rate * took) / a.count
+        print(f"  {path}: {raw:,.0f} instructions/msg, {took:.1f} s under callgrind; timers alone "
+              f"{idle_rate / 1e6:.2f} M instructions/s -> {net:,.0f} net of them", flush=True)
+        return net
+
+
+def _total(dump: Path) -> int:
+    """The instruction count of one callgrind dump (its `summary:` or `totals:` line)."""
+    m = re.search(r"^(?:summary|totals): (\d+)", dump.read_text(errors="replace"), re.M)
+    if m is None:
+        raise SystemExit(f"no instruction total in {dump}")
+    return int(m.group(1))
+
+
+def hops_only(paths: list[str], a: argparse.Namespace) -> int:
+    """Measure the working tree alone: instructions per message of each hop kind, and each against `node`."""
+    counts: dict[str, list[float]] = {p: [] for p in paths}
+    for i in range(a.rounds):
+        for path in paths:
+            counts[path].append(one_round(REPO, path, a))
+            print(f"{path} round {i + 1}: {counts[path][-1]:,.0f} instructions/msg", flush=True)
+    low = {p: min(c) for p, c in counts.items()}
+    for path in paths:
+        vs = f" ({low[path] / low['node']:.2f}x node)" if "node" in low else ""
+        print(f"{path:8} {low[path]:,.0f} instructions/msg (lowest of {a.rounds}){vs}", flush=True)
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-instr-hops.json"
+    summary = {"count": a.count, "rounds": a.rounds, "lowest": low, "runs": counts}
+    out.write_text(json.dumps(summary, indent=2))
+    print(f"Results: {out.relative_to(REPO)}")
+    return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--base", required=True, help="git revision A (e.g. a commit before the change)")
+    ap.add_argument("--base", default=None,
+                    help="git revision A (e.g. a commit before the change); none: the working tree alone")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma-separated, from {', '.join(PATHS)}")
     ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--warmup", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--idle-s", type=float, default=0.0,
+                    help="first count the idle node for this long; report instructions per message net of "
+                         "its timers' rate over the traffic's duration (under callgrind a message takes "
+                         "~50x longer, so timers weigh ~50x more per message than at full speed)")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="copy each run's callgrind file into this directory")
     a = ap.parse_args()
     paths = [p for p in a.paths.split(",") if p]
     unknown = set(paths) - set(PATHS)
@@ -136,6 +197,8 @@ def main() -> int:
         ap.error(f"unknown paths: {', '.join(sorted(unknown))}")
     if not AMQPBENCH.exists():
         raise SystemExit("build the load generator first: benchmarks/node_bench.py builds benchmarks/build/")
+    if a.base is None:
+        return hops_only(paths, a)
     rows = []
     with tempfile.TemporaryDirectory(prefix="instr-ab-base-") as tmp:
         base = extract(a.base, Path(tmp))

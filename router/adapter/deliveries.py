@@ -5,10 +5,11 @@ buffer, ask the core (`route` -> TO_ONE and a consumer), send the same bytes on 
 and tell the core (`sent`, which answers with the send mode). When the consumer settles, `settle` pops the
 in-flight entry and its outcome (with details) is copied back to the producer's delivery. Bodies are never
 decoded; only anonymous-relay transfers are scanned for `to`, and transfers from peers for their router
-annotations (router.amqp.annotations). An anonymous-relay message's `to` is checked against the policy
-(router.policy: a `$management` request goes to the agent's address for the sender's management level,
-other `$` services are refused, and `targets` when the sender's group restricts them); a named link was
-checked once, at attach.
+annotations (router.amqp.annotations; router.amqp.peersections keeps what each distinct annotations section
+gives, so a stream between two nodes is read once, and the section an ingress adds, per address). An
+anonymous-relay message's `to` is checked against the policy (router.policy: a `$management` request goes
+to the agent's address for the sender's management level, other `$` services are refused, and `targets`
+when the sender's group restricts them); a named link was checked once, at attach.
 
 Every path applies the core's decisions the same way: a send mode other than TRACKED settles the copy on
 the way out (`_settled_on_the_way`); a HOLD keeps the bytes until the consumer's stream ends
@@ -48,7 +49,8 @@ from router.amqp.annotations import (
     with_hop,
 )
 from router.amqp.codec import MalformedError, scan_message
-from router.amqp.sections import client_sections
+from router.amqp.peersections import BIG, IngressSections, PeerSections, insertion_point
+from router.amqp.sections import SectionShapes
 from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
 from router.forwarding.records import (
     ACCEPTED,
@@ -73,6 +75,9 @@ class Deliveries:
     def __init__(self, engine: object) -> None:
         self.core = engine.core
         self.node_id = engine.node_id
+        self.peer_sections = PeerSections(self.node_id)    # messages from peers, by annotations section
+        self.ingress_sections = IngressSections(self.node_id)   # what we add to clients' messages, by key
+        self.check_sections = SectionShapes().check        # client_sections, fast for a known shape
         self.links = engine.links
         self.dirty = engine.dirty
         self.engine = engine
@@ -151,28 +156,30 @@ class Deliveries:
         if n < 0:                       # an empty transfer (PN_EOS): there is no message to pass on
             self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", b"empty message"))
             return
-        if not rec.router:              # a client's message: sections in AMQP order, no router keys
-            try:
-                if client_sections(self.view, n):
-                    buf, n = self._strip(buf, n)
-            except MalformedError as exc:
-                why = f"{BAD_SECTIONS}{exc}".encode()
-                self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
-                return
+        if rec.router:                  # from a peer node: routed by its router annotations
+            self._from_peer(d, rec, self.view[:n].tobytes(), presettled)
+            return
+        try:                            # a client's message: sections in AMQP order, no router keys
+            if self.check_sections(self.view, n):
+                buf, n = self._strip(buf, n)
+        except MalformedError as exc:
+            why = f"{BAD_SECTIONS}{exc}".encode()
+            self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
+            return
         a = rec.address
         if a is None:
-            if rec.router:
-                self._from_router(d, rec, ffi.buffer(buf, n)[:], presettled)
-                return
             key = self._anonymous_key(d, buf, n, presettled, rec)
             if key is None:
                 return
             a = self.core.resolve(key)
             if a is not None and a.remote:
-                self._to_mesh(d, rec, a, key, ffi.buffer(buf, n)[:], presettled)
+                self._to_mesh(d, rec, a, key, self.view[:n].tobytes(), presettled)
                 return
         elif a.remote:
-            self._to_mesh(d, rec, a, a.key, ffi.buffer(buf, n)[:], presettled)
+            if a.multicast:
+                self._to_mesh(d, rec, a, a.key, self.view[:n].tobytes(), presettled)
+            else:
+                self._ingress(d, rec, a, self.view[:n].tobytes(), presettled)
             return
         core = self.core
         c = core.route(rec, a, presettled)
@@ -246,8 +253,92 @@ class Deliveries:
         return key
 
     # ---- across the mesh -----------------------------------------------------------------------------
+    def _from_peer(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
+        """A complete transfer from a peer node. The common case (an anycast address, annotations as a
+        meshrouter ingress writes them) is read from the table of sections seen before
+        (router.amqp.peersections) and forwarded here; anything else takes `_from_router`."""
+        last = self.peer_sections.last             # the same stream as the last message: the usual case
+        if last is not None and data.startswith(last[0]):
+            end, to_peer, to_client, s = last[1]
+        else:
+            found = self.peer_sections.find(data)
+            if found is None:
+                self._from_router(d, p, data, presettled)
+                return
+            end, to_peer, to_client, s = found
+        core = self.core
+        key = s.key
+        routed = core.route_from_peer(p, key, p.conn.router.node_id, s.hops)
+        if routed is None:                      # multicast
+            self._from_router(d, p, data, presettled)
+            return
+        c, rd = routed
+        obs = self.obs
+        if obs is not None and p.credit == 0:
+            obs.event("credit_starved_start", p.handle, key, p.conn.peer)
+        if c is None:
+            self._unroutable(d, p, presettled, key, len(data))
+            return
+        head = to_client if c.peer is None else to_peer
+        out = head + data[end:] if len(data) <= BIG else b"".join((head, memoryview(data)[end:]))
+        if c.busy:
+            core.hold(c, Held(out, d, p, presettled, None, key, s.ann, rd))
+            return
+        handle = c.handle               # send_whole, inlined
+        self._tagnum[0] += 1
+        od = pn_delivery(handle, self._tag)
+        n = len(out)
+        pn_link_send(handle, out, n)
+        pn_link_advance(handle)
+        self.dirty.add(c.conn)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if obs is None else obs.route_of(key, p, c, s.ann, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, s.ann, rd, n)
+
+    def _ingress(self, d: object, p: Producer, a: Address, data: bytes, presettled: bool) -> None:
+        """A client's complete message on a named link for anycast address `a`, which other nodes serve:
+        `_to_mesh` for the usual case (the annotations section made once per address, inserted)."""
+        core = self.core
+        key = a.key
+        kind, c, rd = core.route_mesh(p, a, presettled)
+        obs = self.obs
+        if obs is not None and p.credit == 0:
+            obs.event("credit_starved_start", p.handle, key, p.conn.peer)
+        if not kind:
+            self._unroutable(d, p, presettled, key, len(data))
+            return
+        out = data
+        if c.peer is not None:
+            at = insertion_point(data)
+            if at < 0:                          # annotations of its own: the general rewrite
+                try:
+                    out = self.rewritten(True, key, data, None, None)
+                except MalformedError:
+                    self._reject(d, p, presettled, UNREADABLE, counted=True)
+                    return
+            elif len(data) <= BIG:
+                out = data[:at] + self.ingress_sections.section(key) + data[at:]
+            else:
+                view = memoryview(data)
+                out = b"".join((view[:at], self.ingress_sections.section(key), view[at:]))
+        if kind == HOLD:
+            core.hold(c, Held(out, d, p, presettled, None, key, None, rd))
+            return
+        handle = c.handle               # send_whole, inlined
+        self._tagnum[0] += 1
+        od = pn_delivery(handle, self._tag)
+        n = len(out)
+        pn_link_send(handle, out, n)
+        pn_link_advance(handle)
+        self.dirty.add(c.conn)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if obs is None else obs.route_of(key, p, c, None, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, None, rd, n)
+
     def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
-        """A complete transfer from a peer node: route it by its router annotations."""
+        """A complete transfer from a peer node: route it by its router annotations (the general path)."""
         try:
             layout = router_view(data)          # the common form, read at a fraction of the cost
             if layout is None:

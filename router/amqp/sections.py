@@ -9,13 +9,22 @@ decoded). The same walk tells whether the message-annotations section holds a ke
 ``x-opt-qd.`` (router annotations belong to routers: such a message is rewritten without them, see
 router.amqp.annotations.strip); most messages have none and go on as they came.
 
-Cost: ~9,000 CPU instructions per call for a 141-byte message of three sections (callgrind, CPython
+Cost: ~8,000 CPU instructions per call for a 141-byte message of three sections (callgrind, CPython
 3.11), +15% instructions per message on the client -> client path of a node (BENCHMARKS.md,
 "Hardening"): Python steps over each section by its size fields; nothing else is decoded or copied.
+
+:class:`SectionShapes` makes the usual case cheap (BENCHMARKS.md, "Per-hop CPU (issue 21)"): a client
+sends message after message of the same *shape* (the same sections with the same encodings and sizes,
+all but the last one's size). The shape of a message walked twice in a row becomes one compiled regular
+expression over the section heads (descriptor, constructor, size bytes) and the bytes between them; a
+message it matches, whose last section's size ends it exactly, has the sections the walk checked for
+that shape, in the same order, and no message annotations (shapes with them are never kept): one C-level
+match instead of the Python walk. Any other message is walked.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 
 from router.amqp.codec import MalformedError, _section_code, _skip
@@ -83,3 +92,105 @@ def client_sections(buf: bytes | memoryview, n: int) -> bool:
     if pos != n:
         raise MalformedError("the message ends inside a section")
     return router_keys
+
+
+_V32_CODES = frozenset((0xB0, 0xB1, 0xB3, 0xD0, 0xD1, 0xF0))
+_U32_FROM = struct.Struct(">I").unpack_from
+MAX_SHAPES = 256            # compiled shapes kept per node (a client stream has one or a few)
+
+
+class SectionShapes:
+    """`client_sections` for one node, with the shapes of the messages it saw (see the module's doc)."""
+
+    def __init__(self) -> None:
+        self._fast: tuple[re.Pattern[bytes], int, int] | None = None   # (pattern, last section, kind)
+        self._shapes: dict[tuple[int, ...], tuple[re.Pattern[bytes], int, int]] = {}
+        self._previous: tuple[int, ...] | None = None    # the shape of the last message walked
+
+    def check(self, buf: bytes | memoryview, n: int) -> bool:
+        """`client_sections(buf, n)`: raises MalformedError, or says whether router keys must go."""
+        fast = self._fast
+        if fast is not None:
+            pattern, last, kind = fast
+            if pattern.fullmatch(buf, 0, n) is not None:
+                if kind == 0:
+                    return False
+                if kind == 1:
+                    if last + 5 + buf[last + 4] == n:
+                        return False
+                elif last + 8 + _U32_FROM(buf, last + 4)[0] == n:
+                    return False
+        router_keys = client_sections(buf, n)
+        if not router_keys:
+            self._learn(buf, n)
+        return router_keys
+
+    def _learn(self, buf: bytes | memoryview, n: int) -> None:
+        """Note the shape of a message just checked (in order, no router keys); keep it once seen twice."""
+        shape = _shape(buf, n)
+        if shape is None:
+            return
+        known = self._shapes.get(shape)
+        if known is None:
+            if shape != self._previous:
+                self._previous = shape
+                return
+            if len(self._shapes) >= MAX_SHAPES:
+                self._shapes.clear()
+            known = self._shapes[shape] = _compile(shape)
+        self._fast = known
+
+
+def _shape(buf: bytes | memoryview, n: int) -> tuple[int, ...] | None:
+    """(code, constructor, size) of each section of a message already checked, the last one's size as -1;
+    None when a section is not in a plain form (descriptor 0x00 0x53, a var8 or var32 value, or list0
+    or null) or is message annotations."""
+    pos = 0
+    out: list[int] = []
+    while pos < n:
+        if buf[pos] or buf[pos + 1] != 0x53:
+            return None
+        code = buf[pos + 2]
+        c = buf[pos + 3]
+        if code == 0x72:
+            return None
+        if c in _VAR8_CODES:
+            size = buf[pos + 4]
+            end = pos + 5 + size
+        elif c in _V32_CODES:
+            size = _U32_FROM(buf, pos + 4)[0]
+            end = pos + 8 + size
+        elif c == 0x45 or c == 0x40:
+            size = 0
+            end = pos + 4
+        else:
+            return None
+        out += (code, c, size if end < n else -1)
+        pos = end
+    return tuple(out) if pos == n and out else None
+
+
+def _compile(shape: tuple[int, ...]) -> tuple[re.Pattern[bytes], int, int]:
+    """The pattern of a shape, where its last section starts, and how its size is checked (0: list0 or
+    null, nothing to check; 1: a size byte; 4: four)."""
+    parts = []
+    pos = 0
+    last = kind = 0
+    for i in range(0, len(shape), 3):
+        code, c, size = shape[i:i + 3]
+        head = bytes((0, 0x53, code, c))
+        if size < 0:                                # the last section: its size is checked apart
+            last = pos
+            kind = 0 if c in (0x45, 0x40) else 1 if c in _VAR8_CODES else 4
+            parts.append(re.escape(head) + (b"" if kind == 0 else b".{%d}.*" % kind))
+            break
+        if c in _VAR8_CODES:
+            parts.append(re.escape(head + bytes((size,))) + b".{%d}" % size)
+            pos += 5 + size
+        elif c in _V32_CODES:
+            parts.append(re.escape(head + struct.pack(">I", size)) + b".{%d}" % size)
+            pos += 8 + size
+        else:
+            parts.append(re.escape(head))
+            pos += 4
+    return re.compile(b"".join(parts), re.DOTALL), last, kind

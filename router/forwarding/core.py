@@ -308,6 +308,51 @@ class RouterCore(Settlement):
                 a.egress += 1
         return (HOLD if c.busy else TO_ONE), c, rd
 
+    def route_from_peer(self, p: Producer, key: str, came_from: str, hops: int
+                        ) -> tuple[Consumer | None, RemoteDest | None] | None:
+        """`resolve` and `route_mesh` for the common delivery from peer node `came_from`: complete, for
+        routing key `key`, having crossed `hops` nodes. Returns the consumer (a local one, or the data-out
+        link toward remote destination `rd`) and `rd`; (None, None): nowhere (RELEASED or dropped); None
+        for a multicast address, left to `route_mesh` (nothing was counted). The single-destination
+        cases, the usual ones on a transit or egress hop, are decided here; the others by `pick_mesh`, as
+        in `route_mesh`."""
+        a = self.addresses.get(key)
+        if a is None:
+            a = self.resolve(key)               # a node-scoped `_topo/0/<node>/...` route, or nothing
+        elif not (a.consumers or a.remote):
+            a = None
+        if a is not None and a.multicast:
+            return None
+        p.credit -= 1
+        self._grant.add(p)
+        if a is None:
+            return None, None
+        if hops > self.radius + 1:
+            self.counters["hop_limit"] += 1     # crossed more nodes than any shortest path has: a loop
+            return None, None
+        consumers = a.consumers
+        if len(consumers) == 1:
+            c = consumers[0]
+            if c.credit > 0 and not c.busy:
+                a.egress += 1
+                return c, None
+        elif not consumers:
+            remote = a.remote
+            if len(remote) == 1:
+                rd = remote[0]
+                out = rd.out
+                if out.alive and out.peer != came_from:
+                    a.transit += 1
+                    return out, rd
+        c, rd = pick_mesh(a, came_from, self.backlog, self.backlog_limit)
+        if c is None:
+            return None, None
+        if c.peer is None:
+            a.egress += 1
+        else:
+            a.transit += 1
+        return c, rd
+
     def route_stream(self, p: Producer, a: Address | None, presettled: bool, came_from: str | None = None,
                      ann: RouterAnnotations | None = None) -> Routing:
         """Where a multi-frame delivery goes: only consumers not busy with another stream can take it (no

@@ -6,7 +6,7 @@ import pytest
 from proton import Data, Described, Message, symbol, ulong
 
 from router.amqp.codec import MalformedError
-from router.amqp.sections import client_sections
+from router.amqp.sections import SectionShapes, client_sections
 
 
 def sec(code: int, value: object) -> bytes:
@@ -45,3 +45,73 @@ def test_router_keys_found_in_the_message_annotations_only():
     assert client_sections(forged + V, len(forged) + len(V)) is True
     elsewhere = P + sec(0x74, {"x-opt-qd.to": "a"}) + sec(0x77, "x-opt-qd.to")
     assert client_sections(elsewhere, len(elsewhere)) is False
+
+
+# ---- SectionShapes: the same answers as client_sections once a shape is known --------------------------
+
+def trained(data: bytes) -> SectionShapes:
+    shapes = SectionShapes()
+    for _ in range(2):                              # a shape is kept once seen twice in a row
+        assert shapes.check(data, len(data)) is False
+    assert shapes._fast is not None
+    return shapes
+
+
+SHAPED = [H + P + D, H + P + V, P + D + D, H + AP + S + S + F, P + sec(0x75, b"x" * 300),
+          H + P + sec(0x75, b"y" * 70000)]
+
+
+@pytest.mark.parametrize("data", SHAPED)
+def test_shapes_agree_with_the_walk(data):
+    shapes = trained(data)
+    for other in GOOD + BAD + SHAPED + [data + b"\x00", data[:-1], data[:-2] + b"\x00\x53\x77\x40",
+                                         data + V, data + F, data + MA]:
+        for n in (len(other), len(other) - 1, len(other) + 1):
+            if n < 0:
+                continue
+            padded = other + b"\x00\xff" * 8        # the node's buffer is longer than the message
+            try:
+                expected = client_sections(padded, n)
+            except MalformedError:
+                expected = MalformedError
+            try:
+                got = shapes.check(padded, n)
+            except MalformedError:
+                got = MalformedError
+            assert got == expected, (other, n)
+
+
+def test_same_heads_different_last_size():
+    shapes = trained(H + P + sec(0x75, b"abc"))
+    longer = H + P + sec(0x75, b"abcdefgh")
+    assert shapes.check(longer, len(longer)) is False            # the body's size may change
+    assert shapes._fast is not None
+    with pytest.raises(MalformedError):
+        shapes.check(longer, len(longer) - 1)                    # ... but must end the message
+    with pytest.raises(MalformedError):
+        shapes.check(longer + b"\x00", len(longer) + 1)
+
+
+def test_message_annotations_are_always_walked():
+    forged = sec(0x72, {symbol("x-opt-qd.to"): "a"})
+    shapes = SectionShapes()
+    plain = MA + P + V
+    for _ in range(3):
+        assert shapes.check(plain, len(plain)) is False
+    assert shapes._fast is None                                  # a shape with annotations is not kept
+    assert shapes.check(forged + P + V, len(forged + P + V)) is True
+
+
+def test_memoryview_of_a_longer_buffer():
+    data = H + P + D
+    buf = bytearray(data + b"\xff" * 100)
+    shapes = SectionShapes()
+    for _ in range(2):
+        assert shapes.check(memoryview(buf), len(data)) is False
+    assert shapes._fast is not None
+    assert shapes.check(memoryview(buf), len(data)) is False
+    buf[len(H) + 2] = 0x74                                       # properties turned into app-properties
+    assert shapes.check(memoryview(buf), len(data)) is False     # (still in order: walked, accepted)
+    buf[2] = 0x77                                                # header turned into a body: out of order
+    with pytest.raises(MalformedError):
+        shapes.check(memoryview(buf), len(data))
