@@ -9,7 +9,9 @@ messages (as bytes), links and the connection closed. Everything here runs on th
 
 Connection set-up: ``amqp://host:port`` (``amqp://user:password@host:port`` authenticates with SASL
 PLAIN; otherwise SASL ANONYMOUS, as python-qpid-proton's container did), TCP_NODELAY, no automatic
-reconnect, idle-timeout heartbeats from ``pn_transport_tick``. ``amqps`` is not supported.
+reconnect, idle-timeout heartbeats from ``pn_transport_tick``. ``amqps://`` adds TLS as python-qpid-proton's
+client default did: the server's certificate must be trusted by OpenSSL's default CAs (``SSL_CERT_FILE``
+/ ``SSL_CERT_DIR`` name others) and match the URL's host name; the default port is then 5671.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from cproton_ffi.lib import (
     PN_LOCAL_ACTIVE,
     PN_REMOTE_ACTIVE,
     PN_SESSION_REMOTE_CLOSE,
+    PN_SSL_MODE_CLIENT,
+    PN_SSL_VERIFY_PEER_NAME,
     PN_TRANSPORT,
     PN_TRANSPORT_CLOSED,
     PN_TRANSPORT_ERROR,
@@ -97,6 +101,12 @@ from cproton_ffi.lib import (
     pn_session,
     pn_session_open,
     pn_session_remote_condition,
+    pn_ssl,
+    pn_ssl_domain,
+    pn_ssl_domain_set_peer_authentication,
+    pn_ssl_init,
+    pn_ssl_present,
+    pn_ssl_set_peer_hostname,
     pn_terminus_get_address,
     pn_terminus_set_address,
     pn_terminus_set_dynamic,
@@ -126,6 +136,23 @@ OUTCOMES = frozenset((ACCEPTED, REJECTED, RELEASED, MODIFIED))
 
 Condition = tuple[str, str | None]
 """An AMQP error condition: (name, description)."""
+
+
+_tls_domain: Any = None
+
+
+def _client_tls_domain() -> Any:
+    """One client SSL domain for the process: OpenSSL's default CAs, the peer's name checked."""
+    global _tls_domain
+    if _tls_domain is None:
+        if not pn_ssl_present():
+            raise ValueError("this Proton build has no TLS")
+        domain = pn_ssl_domain(PN_SSL_MODE_CLIENT)
+        if domain == ffi.NULL or pn_ssl_domain_set_peer_authentication(domain, PN_SSL_VERIFY_PEER_NAME,
+                                                                       ffi.NULL) != 0:
+            raise ValueError("cannot make a TLS client context")
+        _tls_domain = domain
+    return _tls_domain
 
 
 def _condition(cond: Any) -> Condition | None:
@@ -281,16 +308,22 @@ class Wire:
         """Connect the socket and open the AMQP connection and its session (loop thread, blocking for the
         TCP connect). Raises ``OSError`` or ``ValueError`` if it cannot."""
         parts = urlsplit(self.url if "://" in self.url else f"amqp://{self.url}")
-        if parts.scheme not in ("amqp", ""):
-            raise ValueError(f"{self.url}: only amqp:// URLs are supported")
+        if parts.scheme not in ("amqp", "amqps"):
+            raise ValueError(f"{self.url}: only amqp:// and amqps:// URLs are supported")
+        tls = parts.scheme == "amqps"
         host = parts.hostname or "127.0.0.1"
-        port = parts.port or 5672
+        port = parts.port or (5671 if tls else 5672)
         sock = socket.create_connection((host, port), timeout=connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setblocking(False)
         self.sock = sock
         c = self._conn = pn_connection()
         t = self._transport = pn_transport()
+        if tls:
+            ssl = pn_ssl(t)
+            if pn_ssl_init(ssl, _client_tls_domain(), ffi.NULL) != 0:
+                raise ValueError(f"{self.url}: TLS is not available in this Proton build")
+            pn_ssl_set_peer_hostname(ssl, host.encode())
         sasl = pn_sasl(t)
         if parts.username:
             pn_connection_set_user(c, unquote(parts.username).encode())
