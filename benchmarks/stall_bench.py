@@ -9,9 +9,11 @@ orders (receiver attached first, then the sender; sender first, then the receive
 * ``node``: one node, sender and receiver on it;
 * ``chain``: A - B - C, sender on C, receiver on A (ingress, transit, egress);
 * ``mesh``: topologies/four-node.yaml's full mesh (every link cost 1), sender on C, receiver on B;
-* ``direct``: no router, the receiver listens and the sender connects to it (the clients' own gaps).
+* ``direct``: no router, the receiver listens and the sender connects to it (the clients' own gaps);
+* ``external``: a router already running at ``--external-url`` (qdrouterd, for a same-window reference).
 
     .venv/bin/python benchmarks/stall_bench.py [--rounds 5] [--paths node,chain,mesh,direct] [--base main]
+        [--rate 20000] [--count 20000] [--presettled] [--external-url amqp://127.0.0.1:45672 --paths external]
 
 ``--base REV`` runs the nodes from git revision REV instead of the working tree (before / after).
 
@@ -93,10 +95,13 @@ class Nodes:
             proc.wait(30)
 
 
-def stream(exe: Path, send_url: str, recv_url: str, order: str, count: int, rate: float) -> dict:
+def stream(exe: Path, send_url: str, recv_url: str, order: str, count: int, rate: float,
+           presettled: bool = False) -> dict:
     """One paced stream; the receiver's result (max_gap_s, t_max_gap_at, t_first...)."""
     common = ["--addr", ADDRESS, "--count", str(count)]
     send = [str(exe), "send", "--url", send_url, *common, "--rate", str(rate)]
+    if presettled:
+        send += ["--presettled", "--linger-ms", "500"]
     recv = [str(exe), "recv", "--url", recv_url, *common, "--idle-s", "5"]
     if order == "receiver-first":
         r = subprocess.Popen(recv, stdout=subprocess.PIPE, text=True)
@@ -110,7 +115,7 @@ def stream(exe: Path, send_url: str, recv_url: str, order: str, count: int, rate
     r_out, _ = r.communicate(120)
     res = json.loads([ln for ln in r_out.splitlines() if ln.startswith("{")][-1])
     sent = json.loads([ln for ln in s_out.splitlines() if ln.startswith("{")][-1])
-    if res["received"] != count or sent["accepted"] != count:
+    if res["received"] != count or sent["sent" if presettled else "accepted"] != count:
         raise SystemExit(f"incomplete stream: sender {sent}, receiver {res}")
     return res
 
@@ -121,6 +126,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--rate", type=float, default=20000)
+    ap.add_argument("--presettled", action="store_true", help="send pre-settled")
+    ap.add_argument("--external-url", default=None, help="the router of the `external` path")
     ap.add_argument("--harness", type=Path, default=DEFAULT_HARNESS)
     ap.add_argument("--base", default=None,
                     help="run the nodes from this git revision (default: the working tree)")
@@ -138,18 +145,20 @@ def measure(a: argparse.Namespace, exe: Path, tree: Path) -> int:
     for path in [p for p in a.paths.split(",") if p]:
         with tempfile.TemporaryDirectory(prefix="stall-") as tmpdir:
             tmp = Path(tmpdir)
-            nodes = None if path == "direct" else Nodes(path, tmp, tree)
+            nodes = None if path in ("direct", "external") else Nodes(path, tmp, tree)
             try:
                 gaps: dict[str, list[float]] = {o: [] for o in ORDERS}
                 for i in range(a.rounds):
                     for order in ORDERS:
-                        if nodes is None:
+                        if path == "external":
+                            send_url = recv_url = a.external_url
+                        elif nodes is None:
                             port = free_port()
                             send_url, recv_url = f"127.0.0.1:{port}", f"listen://127.0.0.1:{port}"
                         else:
                             snd, rcv = ENDS[path]
                             send_url, recv_url = nodes.url(snd), nodes.url(rcv)
-                        res = stream(exe, send_url, recv_url, order, a.count, a.rate)
+                        res = stream(exe, send_url, recv_url, order, a.count, a.rate, a.presettled)
                         gap = res["max_gap_s"] * 1e3
                         at = (res["t_max_gap_at"] - res["t_first"]) * 1e3
                         gaps[order].append(gap)
@@ -162,7 +171,8 @@ def measure(a: argparse.Namespace, exe: Path, tree: Path) -> int:
             for order in ORDERS:
                 rows.append({"path": path, "order": order, "max_gap_ms": gaps[order],
                              "median_ms": statistics.median(gaps[order]), "largest_ms": max(gaps[order])})
-    print(f"\nnodes from {a.base or 'the working tree'}")
+    print(f"\nnodes from {a.base or 'the working tree'}; {a.count} messages at {a.rate:g} msg/s"
+          f"{', pre-settled' if a.presettled else ''}")
     print("| path | order | median of max gap (ms) | largest (ms) | runs |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['path']} | {r['order']} | {r['median_ms']:.2f} | {r['largest_ms']:.2f} | "
@@ -170,8 +180,8 @@ def measure(a: argparse.Namespace, exe: Path, tree: Path) -> int:
     print(f"load average (1 min) during the runs: {min(loads):.2f}-{max(loads):.2f}")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-stall.json"
-    out.write_text(json.dumps({"base": a.base, "count": a.count, "rate": a.rate, "rows": rows, "load": loads},
-                              indent=2))
+    out.write_text(json.dumps({"base": a.base, "count": a.count, "rate": a.rate, "presettled": a.presettled,
+                               "rows": rows, "load": loads}, indent=2))
     print(f"Results: {out.relative_to(REPO)}")
     return 0
 
