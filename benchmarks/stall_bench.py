@@ -103,7 +103,7 @@ def stream(exe: Path, send_url: str, recv_url: str, order: str, count: int, rate
     send = [str(exe), "send", "--url", send_url, *common, "--rate", str(rate)]
     if presettled:
         send += ["--presettled", "--linger-ms", "500"]
-    recv = [str(exe), "recv", "--url", recv_url, *common, "--idle-s", "5"]
+    recv = [str(exe), "recv", "--url", recv_url, *common, "--idle-s", "5", "--start-timeout-s", "30"]
     if order == "receiver-first":
         r = subprocess.Popen(recv, stdout=subprocess.PIPE, text=True)
         r.stdout.readline()                                 # READY: attached
