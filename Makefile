@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: run run-node test lint bench clean
+.PHONY: run run-node test lint bench clean bytecode
 
 $(STAMP): pyproject.toml scripts/system-deps.sh
 	bash scripts/system-deps.sh
@@ -14,15 +14,20 @@ $(STAMP): pyproject.toml scripts/system-deps.sh
 	$(PY) -m pip install -q --no-binary python-qpid-proton -e '.[test]'
 	touch $(STAMP)
 
+# byte-compile router/ (an editable install is not compiled, and with PYTHONDONTWRITEBYTECODE set every node
+# start would compile ~110 modules: ~0.35 s instead of ~0.14 s from exec to a listener that answers; issue 21)
+bytecode: $(STAMP)
+	$(PY) -m compileall -q router >/dev/null
+
 # the four-node mesh of topologies/four-node.yaml, an RPC demo (caller on C, server on A), then kept up
-run: $(STAMP)
+run: $(STAMP) bytecode
 	$(VENV)/bin/meshrouter mesh run topologies/four-node.yaml --demo A:C
 
 # one node alone, on amqp://127.0.0.1:5700
-run-node: $(STAMP)
+run-node: $(STAMP) bytecode
 	$(VENV)/bin/meshrouter run config/node.yaml
 
-test: $(STAMP)
+test: $(STAMP) bytecode
 	$(VENV)/bin/ruff check router tests benchmarks
 	bash scripts/ensure-rabbitmq.sh
 	$(PY) -m pytest -q
@@ -30,7 +35,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check router tests benchmarks
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	WITH_BENCH=1 bash scripts/system-deps.sh
 	$(PY) benchmarks/node_bench.py
 

@@ -12,7 +12,10 @@ Paths (the measured node is M; the C load generator of ../shared/bench sends and
 * ``node``: producer and consumer on M (one node, client to client);
 * ``ingress``: producer on M, consumer on its neighbour (M forwards client -> inter-router);
 * ``egress``: producer on the neighbour, consumer on M (inter-router -> client);
-* ``transit``: chain X - M - Y, producer on X, consumer on Y (inter-router -> inter-router).
+* ``transit``: chain X - M - Y, producer on X, consumer on Y (inter-router -> inter-router);
+* ``node-presettled``: as ``node``, the messages sent pre-settled;
+* ``node-rpc``: sequential RPC calls through M (``amqpbench rpc-client``, concurrency 1, and
+  ``rpc-server``): instructions per call (request and reply).
 
     .venv/bin/python benchmarks/instr_ab.py --base 79417eb [--paths node,transit] [--count 20000]
 
@@ -50,7 +53,7 @@ from gateway_bench import run_amqpbench  # noqa: E402
 from node_bench import free_port  # noqa: E402
 
 AMQPBENCH = BENCH_DIR / "build" / "amqpbench"
-PATHS = ("node", "ingress", "egress", "transit")
+PATHS = ("node", "ingress", "egress", "transit", "node-presettled", "node-rpc")
 ADDRESS = "balanced/instr"
 
 
@@ -81,7 +84,7 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
         tmp = Path(tmpdir)
         ports = {n: (free_port(), free_port()) for n in "XMY"}     # (client, inter-router)
         # who runs: M always; X for ingress/egress (its neighbour), X and Y for transit
-        others = {"node": "", "ingress": "X", "egress": "X", "transit": "XY"}[path]
+        others = {"ingress": "X", "egress": "X", "transit": "XY"}.get(path, "")
         procs: dict[str, subprocess.Popen] = {}
         env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
         out = tmp / "callgrind.out"
@@ -98,17 +101,24 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                                            "run", str(cfg)], cwd=tree, env=env,
                                           stdout=open(tmp / "M.out", "w"), stderr=subprocess.STDOUT)
             wait_ready(procs["M"], tmp / "M.out", 180)
-            src = {"node": "M", "ingress": "M", "egress": "X", "transit": "X"}[path]
-            dst = {"node": "M", "ingress": "X", "egress": "M", "transit": "Y"}[path]
-            recv = subprocess.Popen([str(AMQPBENCH), "recv", "--url", f"amqp://127.0.0.1:{ports[dst][0]}",
-                                     "--addr", ADDRESS, "--count", str(a.warmup + a.count), "--credit",
-                                     "250", "--idle-s", "300"],
+            src = {"ingress": "M", "egress": "X", "transit": "X"}.get(path, "M")
+            dst = {"ingress": "X", "egress": "M", "transit": "Y"}.get(path, "M")
+            mode = ["rpc-server", "--credit", "250"] if path == "node-rpc" else \
+                ["recv", "--count", str(a.warmup + a.count), "--credit", "250", "--idle-s", "300"]
+            recv = subprocess.Popen([str(AMQPBENCH), mode[0], "--url", f"amqp://127.0.0.1:{ports[dst][0]}",
+                                     "--addr", ADDRESS, *mode[1:]],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             procs["recv"] = recv
             time.sleep(3 if others else 1)       # the consumer's address reaches the other nodes
             url = f"amqp://127.0.0.1:{ports[src][0]}"
-            run_amqpbench(AMQPBENCH, "send", "--url", url, "--addr", ADDRESS, "--count", str(a.warmup),
-                          "--size", "100")
+            if path == "node-rpc":
+                sender = ["rpc-client", "--url", url, "--addr", ADDRESS, "--warmup", "0",
+                          "--concurrency", "1"]
+            else:
+                sender = ["send", "--url", url, "--addr", ADDRESS, "--size", "100"]
+                if path == "node-presettled":
+                    sender += ["--presettled", "--linger-ms", "200"]
+            run_amqpbench(AMQPBENCH, *sender, "--count", str(a.warmup))
             control = ["callgrind_control", "-i", "on", str(procs["M"].pid)]
             if a.idle_s:                          # the same node with no traffic: its timers' rate
                 subprocess.run(control, check=True, capture_output=True)
@@ -116,8 +126,7 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                 subprocess.run([*control[:1], "-d", control[-1]], check=True, capture_output=True)
             subprocess.run(control, check=True, capture_output=True)
             started = time.monotonic()
-            run_amqpbench(AMQPBENCH, "send", "--url", url, "--addr", ADDRESS, "--count", str(a.count),
-                          "--size", "100")
+            run_amqpbench(AMQPBENCH, *sender, "--count", str(a.count))
             took = time.monotonic() - started
             subprocess.run([*control[:1], "-d", control[-1]], check=True, capture_output=True)
             subprocess.run([*control[:2], "off", control[-1]], check=True, capture_output=True)

@@ -63,7 +63,7 @@ from cproton_ffi.lib import (
 )
 
 from router import PRODUCT, __version__
-from router.adapter.sasl import use_builtin as use_builtin_sasl
+from router.adapter.builtin_sasl import use_builtin as use_builtin_sasl
 from router.defaults import MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)

@@ -26,11 +26,9 @@ from cproton_ffi.lib import (
     pn_transport_set_max_frame,
 )
 
-from router.adapter import sasl as sasl_impl
 from router.adapter.connection import MAX_FRAME, UNLIMITED
 from router.adapter.tls import TlsSetupError, client_domain, server_domain
 from router.config import ConnectorConfig, ListenerConfig
-from router.security.users import UsersFile, UsersFileError
 
 
 class PolicyError(ValueError):
@@ -85,6 +83,8 @@ class ConnectionPolicy:
             conn.ssl = ssl
         s = pn_sasl(t)
         if self.sasl == "cyrus":
+            from router.adapter import sasl as sasl_impl  # loaded by listener_policy already
+
             sasl_impl.use_cyrus(t)
         elif self.sasl is not None:
             self.sasl.install(t)
@@ -132,6 +132,10 @@ def listener_policy(lc: ListenerConfig, name: str, node_idle_timeout: float, loo
     p.allow_insecure = sasl.allow_plain_without_tls
     # a client may skip SASL only where ANONYMOUS is allowed anyway
     p.require_auth = "ANONYMOUS" not in mechs
+    if sasl.users_file is not None or sasl.sasldb is not None:
+        # only such listeners need the plugin API (its cffi declarations cost ~30-50 ms of start-up)
+        from router.adapter import sasl as sasl_impl
+        from router.security.users import UsersFile, UsersFileError
     if sasl.users_file is not None:
         try:
             users = UsersFile(sasl.users_file)

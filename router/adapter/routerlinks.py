@@ -54,9 +54,9 @@ from cproton_ffi.lib import (
     pn_session_set_incoming_capacity,
     pn_terminus_capabilities,
 )
-from proton import Data
 
 from router.adapter.endpoints import SESSION_CAPACITY, refuse
+from router.adapter.pndata import map_integer, symbols
 
 log = logging.getLogger(__name__)
 
@@ -111,38 +111,14 @@ def peer_from_open(pn_conn: object, own_cost: int) -> RouterPeer:
     """The peer's node id (its container id) and the link cost: max of both ends' costs."""
     c = pn_connection_remote_container(pn_conn)
     node_id = ffi.string(c).decode(errors="replace") if c != ffi.NULL else ""  # any bytes: no crash
-    peer_cost = 1
-    props = _data_object(pn_connection_remote_properties(pn_conn)) or {}
-    if isinstance(props, dict):
-        value = props.get(COST_PROPERTY)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            peer_cost = int(value)          # Proton gives an int32 subclass
+    value = map_integer(pn_connection_remote_properties(pn_conn), COST_PROPERTY)
+    peer_cost = value if value is not None and value > 0 else 1
     return RouterPeer(node_id, max(own_cost, peer_cost))
 
 
 def capabilities(terminus: object) -> set[str]:
     """The capability symbols of a terminus (empty set when none)."""
-    value = _data_object(pn_terminus_capabilities(terminus))
-    if value is None:
-        return set()
-    if isinstance(value, str):
-        return {str(value)}
-    try:
-        return {str(v) for v in value}
-    except TypeError:
-        return set()
-
-
-def _data_object(pn_data: object) -> object:
-    """The Python value held by a Proton pn_data_t (None when empty or unreadable); leaves it rewound."""
-    d = Data(pn_data)
-    d.rewind()
-    try:
-        value = d.get_object() if d.next() else None
-    except Exception:           # e.g. a symbol that is not ASCII, an unhashable map key: ignored
-        value = None
-    d.rewind()
-    return value
+    return symbols(pn_terminus_capabilities(terminus))
 
 
 def _set_capability(terminus: object, capability: str) -> None:

@@ -266,7 +266,7 @@ class NodeConfig:
         hash=False, group="node")
     connectors: tuple[ConnectorConfig, ...] = declare(
         c.list_of(section(ConnectorConfig), "connectors"), "peer nodes this node dials and keeps connected "
-                                                           "(retry 0.1 s doubling to 5 s)", ())
+                                                           "(retry 0.02 s doubling to 5 s)", ())
     router_timers: Mapping[str, float] = declare(
         Check(_router_timers, "map", keys=RouterTimers), "control-plane timers", factory=_empty_mapping,
         hash=False, name="router")

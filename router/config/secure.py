@@ -55,8 +55,6 @@ class Files:
 
 def secure_listener(lc: ListenerConfig, path: str, files: Files) -> ListenerConfig:
     """Check a listener's TLS and SASL settings together, with their files; resolve their paths."""
-    from router.security.users import UsersFileError, load_users
-
     tls, sasl = lc.tls, lc.sasl
     if tls is not None:
         tls = dataclasses.replace(tls, **files.cert_key(tls, f"{path}.tls"))
@@ -81,6 +79,8 @@ def secure_listener(lc: ListenerConfig, path: str, files: Files) -> ListenerConf
                 raise Invalid(f"{path}.sasl.{key}", "only used with PLAIN: add PLAIN to sasl.mechanisms")
     users_file = files.file(sasl.users_file, f"{path}.sasl.users_file")
     if users_file is not None:
+        from router.security.users import UsersFileError, load_users  # hashlib: not every node needs it
+
         try:
             load_users(users_file)
         except UsersFileError as exc:

@@ -1,10 +1,13 @@
 """Outgoing inter-router connections, kept open with retry and backoff.
 
 A connector dials its peer; when the attempt fails or the connection later drops, it tries again after a
-delay that doubles from 0.1 s up to 5 s, and goes back to 0.1 s once a connection has come up. A streak of
+delay that doubles from 0.02 s up to 5 s, and goes back to 0.02 s once a connection has come up. The first
+retries are quick because the peer of a fresh mesh is usually starting too: with 0.1 s, a node whose peer
+was not listening yet waited 0.1 s, then 0.2 s more, for a listener that came up a few ms after the first
+attempt (issue 21, start-up). A refused connect to a local port costs next to nothing. A streak of
 failures is logged once (and its end once), never once per attempt. Connections that end soon after TCP
 connected (TLS or authentication refused, the peer over its connection limit) count as failures too, so
-they back off the same way instead of being retried every 0.1 s.
+they back off the same way instead of being retried every 0.02 s.
 
 Its `policy` (router.adapter.policy, set by the server) applies TLS and SASL to each connection.
 """
@@ -20,7 +23,7 @@ from router.config import ConnectorConfig
 
 log = logging.getLogger(__name__)
 
-FIRST_DELAY = 0.1
+FIRST_DELAY = 0.02
 MAX_DELAY = 5.0
 STABLE = 10.0         # a connection that lasted this long was a success: the backoff starts over
 

@@ -164,6 +164,21 @@ def launch(cfg: dict, tmp: Path, index: int, prefix: Sequence[str] = ()) -> Node
     return node
 
 
+def spawn(cfg: dict, tmp: Path, index: int) -> NodeProcess:
+    """Write ``cfg`` to ``tmp`` and start the node without waiting for it (start-up timing); its first
+    listener must name its port. Its stdout goes to a file; :func:`stop` it as any other."""
+    node_id = cfg["node"]["id"]
+    cfg_path = tmp / f"node-{node_id}-{index}.yaml"
+    err_path = tmp / f"node-{node_id}-{index}.stderr"
+    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    host, port = cfg["listeners"][0]["host"], cfg["listeners"][0]["port"]
+    with open(err_path, "wb") as err, open(tmp / f"node-{node_id}-{index}.stdout", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(cfg_path)], stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    return NodeProcess(node_id, proc, f"amqp://{host}:{port}", host, port, cfg_path, err_path)
+
+
 def kill(proc: subprocess.Popen) -> None:
     """SIGKILL a process (if it still runs) and reap it."""
     if proc.poll() is None:

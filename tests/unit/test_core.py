@@ -268,6 +268,8 @@ def test_credit_is_topped_up_in_batches():
     c = core.add_consumer("c", "conn", "q")
     core.consumer_credit(c, 1000)
     assert grants(core)[0] == {"p": 16}
+    core.arrived(p)
+    core.sent(p, c, "held", "out-held", False)  # stays in flight: the pipeline is never empty
     seen = []
     for i in range(4):
         core.arrived(p)
@@ -275,6 +277,24 @@ def test_credit_is_topped_up_in_batches():
         core.settle(f"out{i}")
         seen.append(grants(core)[0])
     assert seen == [{}, {"p": 2}, {}, {"p": 2}]
+
+
+def test_a_producer_with_nothing_in_flight_gets_what_is_due_at_once():
+    # issue 21: a client that sends only when a FLOW wakes it must get one once its pipeline is empty,
+    # or a rate-limited stream waits for the client's own timer after its first message
+    core = make_core(capacity=16)               # batch 2
+    p = core.add_producer("p", "conn", "q")
+    c = core.add_consumer("c", "conn", "q")
+    core.consumer_credit(c, 1000)
+    grants(core)
+    core.arrived(p)
+    core.sent(p, c, "in0", "out0", False)
+    assert grants(core)[0] == {}                # in flight: nothing due yet
+    core.settle("out0")
+    assert grants(core)[0] == {"p": 1}          # settled, nothing left in flight: 1 due, flowed now
+    core.arrived(p)
+    core.sent(p, c, "in1", "out1", True)        # pre-settled: never in flight
+    assert grants(core)[0] == {"p": 1}
 
 
 def test_credit_is_topped_up_at_half_window():
