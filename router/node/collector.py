@@ -75,8 +75,9 @@ class GcPacer:
         """A wave of connections was freed: collect their cycles at the next calm moment."""
         self.wave = True
 
-    def tick(self, now: float, busy: float) -> None:
-        """Collect-and-freeze the survivors of the last tick; run a due full collection if calm."""
+    def tick(self, now: float, busy: float) -> bool:
+        """Collect-and-freeze the survivors of the last tick; run a due full collection if calm. True if
+        a full collection ran (memory it freed may be worth giving back to the system)."""
         self._load.append((now, busy))
         while len(self._load) > 1 and now - self._load[0][0] > CALM_WINDOW:
             self._load.popleft()
@@ -89,6 +90,8 @@ class GcPacer:
         if due is not None and now - self.last_full >= MIN_FULL_INTERVAL and (
                 self.calm(now) or now - due >= MAX_WAIT):
             self._full(now)
+            return True
+        return False
 
     def calm(self, now: float) -> bool:
         """The node spent less than CALM_BUSY of the last CALM_WINDOW seconds working."""

@@ -585,7 +585,8 @@ class NodeServer:
     def _gc_tick(self) -> None:
         """Collect and freeze what survived since the last tick; a full collection when due and calm."""
         try:
-            self.gc_pacer.tick(time.monotonic(), self.pump_latency.sum)
+            if self.gc_pacer.tick(time.monotonic(), self.pump_latency.sum):
+                self.trimmer.trim()             # what the full collection freed goes back to the system
         except Exception:
             log.exception("internal error in the garbage collection pacer")
         self._gc_handle = self.loop.call_later(GC_TICK, self._gc_tick)
