@@ -7,6 +7,8 @@ links and addresses on a node in a second or two.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import time
 from collections.abc import Sequence
@@ -32,12 +34,15 @@ PER_CONNECTION = 1000       # a listener's default max_links (issue 17): a storm
 
 
 def attach_receivers(url: str, addresses: Sequence[str], timeout: float = 60.0,
-                     per_session: int = PER_SESSION, per_connection: int = PER_CONNECTION) -> list[RawConn]:
+                     per_session: int = PER_SESSION, per_connection: int = PER_CONNECTION,
+                     paused: int | None = None) -> list[RawConn]:
     """Attach a receiver on each of ``addresses``: ``per_connection`` links per raw connection (the
     default limit of a listener), ``per_session`` per session, every ATTACH written before any answer is
     read; wait until the node has answered all of them. The connections stay open (closed by
-    :func:`tests.support.waiting.close_all`)."""
+    :func:`tests.support.waiting.close_all`). ``paused``: the node's pid, stopped (SIGSTOP) while every
+    connection's ATTACHes are written, so that they are all waiting when it goes on."""
     conns = []
+    writes = []
     for start in range(0, len(addresses), per_connection):
         chunk = addresses[start:start + per_connection]
         raw = RawConn(url)
@@ -51,8 +56,16 @@ def attach_receivers(url: str, addresses: Sequence[str], timeout: float = 60.0,
             fields = [f"bulk-{start + i}", uint(handle), True, None, None, described(SOURCE, [address]),
                       described(TARGET, [None])]
             frames.append(encode_frame(encode_performative(ATTACH, fields), channel))
-        raw.send_bytes(b"".join(frames))
+        writes.append((raw, b"".join(frames)))
         conns.append((raw, len(chunk)))
+    if paused is not None:
+        os.kill(paused, signal.SIGSTOP)
+    try:
+        for raw, data in writes:
+            raw.send_bytes(data)
+    finally:
+        if paused is not None:
+            os.kill(paused, signal.SIGCONT)
     deadline = time.monotonic() + timeout
     for raw, expected in conns:
         answered = 0

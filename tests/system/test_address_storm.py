@@ -52,9 +52,10 @@ def test_a_storm_of_addresses_loses_no_neighbour(node_factory, addresses):
 
 
 def test_a_storm_over_many_connections_is_read_in_turns_and_rpc_through_the_node_goes_on(node_factory):
-    """Ten connections write 1,000 ATTACHes each at once: once a loop turn's read budget is spent the node
-    puts the busy connections off to the next turn (`readsDeferred`), so the RPC calls made through the
-    same node meanwhile are served between their reads; every ATTACH is answered, every call succeeds."""
+    """Ten connections have 1,000 ATTACHes each waiting at once: once a loop turn's read budget is spent,
+    the node puts the busy connections off to the next turn (`readsDeferred`), so the RPC calls made
+    through the same node meanwhile are served between their reads; every ATTACH is answered, every call
+    succeeds."""
     node = node_factory(idle_timeout=0)     # the raw receivers send no heartbeats
     rpc = RpcFactory()
     try:
@@ -77,7 +78,8 @@ def test_a_storm_over_many_connections_is_read_in_turns_and_rpc_through_the_node
 
         thread = threading.Thread(target=call_during_storm, daemon=True)
         thread.start()
-        attach_receivers(node.url, [f"balanced/turns/{i}" for i in range(10_000)])
+        # the node is paused while the ten connections' ATTACHes are written: all are waiting at once
+        attach_receivers(node.url, [f"balanced/turns/{i}" for i in range(10_000)], paused=node.pid)
         storming.set()
         thread.join(15)
         with reading(node) as m:

@@ -77,10 +77,9 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
         if lazy_accept and (len(rx.unsettled) >= lazy_accept or st.killed_at is not None):
             for rec in rx.unsettled:
                 rec.accept()
-        if st.killed_at is None and len(rx.received) >= KILL_AFTER:
-            kill9(victim)
-            st.killed_at = (st.attempts, len(rx.received))
-            st.killed_time = time.monotonic()
+        due = st.killed_at is None and len(rx.received) >= KILL_AFTER
+        if due and st.pending:              # deliveries unsettled at the producer: some are in flight
+            _kill(st, victim, rx)
         while s.credit - s.queued > 0 and (st.resend or st.next_id < TOTAL):
             if st.resend:
                 mid = st.resend.popleft()
@@ -89,6 +88,11 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
             tr = s.send(make_message(f"payload-{mid}", id=f"m{mid}", properties={"mid": mid}))
             st.attempts += 1
             st.pending[tr.tag] = (mid, tr)
+        # a fast mesh and an eager consumer can settle everything sent between two of this loop's turns:
+        # then kill right after the next batch leaves the client
+        if st.killed_at is None and due and st.pending:
+            pump(0.001)
+            _kill(st, victim, rx)
         if resend and st.next_id == TOTAL and not st.resend and not st.pending:
             return st
         if until is not None and st.killed_at is not None and until() and not st.pending:
@@ -102,6 +106,12 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
                 f"{len(st.resend)} to resend, producer credit {s.credit} queued {s.queued}, "
                 f"received at D {len(rx.received)}, killed at {st.killed_at}")
         pump(0.02)
+
+
+def _kill(st: Stream, victim, rx) -> None:
+    kill9(victim)
+    st.killed_at = (st.attempts, len(rx.received))
+    st.killed_time = time.monotonic()
 
 
 def _audit_complete(st: Stream, rx) -> None:
