@@ -168,7 +168,12 @@ class Streams:
         if not p.router and info.message_annotations is not None:
             start, end = info.message_annotations
             if PREFIX in prefix[start:end]:
-                layout = AnnotationLayout(prefix, info)     # a client's x-opt-qd.* keys: stripped
+                try:
+                    layout = AnnotationLayout(prefix, info)     # a client's x-opt-qd.* keys: stripped
+                except MalformedError as exc:
+                    self._sink(s, REJECTED)
+                    s.final = Rejection(b"amqp:decode-error", f"malformed message: {exc}".encode())
+                    return False
         if p.router:
             try:
                 layout = AnnotationLayout(prefix, info)

@@ -113,3 +113,16 @@ def test_forged_annotations_stripped_across_the_mesh(node_factory):
     out_of_order = _section(0x73, ["i"]) + _section(0x72, {symbol("k"): "v"}) + _section(0x77, "x")
     tr = snd.send(out_of_order).wait()
     assert tr.state == REJECTED and tr.condition.name == "amqp:decode-error", tr.condition
+
+
+def test_streamed_message_with_a_malformed_router_annotation_map_is_rejected(node):
+    """A streamed message whose message-annotations hold an x-opt-qd. key and a value running past the
+    end of the map (the fuzzer's find): REJECTED amqp:decode-error, no internal error, the link goes on."""
+    snd, rcv = _pair(node.url, "balanced/malformed-streamed")
+    items = b"\xa3\x0bx-opt-qd.to" + b"\xa1\x20ab"           # a str8 of 32 bytes with 2 in the map
+    annotations = b"\x00\x53\x72\xc1" + bytes([1 + len(items)]) + b"\x02" + items
+    tr = snd.send(annotations + _section(0x75, b"z" * 100_000)).wait()
+    assert tr.state == REJECTED and tr.condition.name == "amqp:decode-error", tr.condition
+    assert snd.send(Message(body="after")).wait().state == ACCEPTED
+    assert [r.body for r in rcv.wait_messages(1)] == ["after"]
+    assert "internal error" not in node.stderr_tail(), node.stderr_tail()
