@@ -31,6 +31,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
 
+
+def _node_env() -> dict[str, str]:
+    """A node's environment: unbuffered output, and a Python traceback of every thread on stderr if it
+    crashes (faulthandler: a segfault in the C layer then shows where the Python code was)."""
+    return dict(os.environ, PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
+
 # the test prefixes of a default node
 DEFAULT_RULES = (
     ("multicast", "multicast"),
@@ -125,7 +131,7 @@ def launch(cfg: dict, tmp: Path, index: int, prefix: Sequence[str] = ()) -> Node
     cmd = [*prefix, sys.executable, "-m", "router", "run", str(cfg_path)]
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                                cwd=REPO_ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), text=True,
+                                cwd=REPO_ROOT, env=_node_env(), text=True,
                                 start_new_session=True)
     q: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, q), daemon=True).start()
@@ -175,7 +181,7 @@ def spawn(cfg: dict, tmp: Path, index: int) -> NodeProcess:
     with open(err_path, "wb") as err, open(tmp / f"node-{node_id}-{index}.stdout", "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(cfg_path)], stdout=out,
                                 stderr=err, stdin=subprocess.DEVNULL, cwd=REPO_ROOT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                env=_node_env())
     return NodeProcess(node_id, proc, f"amqp://{host}:{port}", host, port, cfg_path, err_path)
 
 
