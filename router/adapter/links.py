@@ -285,6 +285,8 @@ class LinkEvents:
         if rec is None:
             return
         rec.conn.links.discard(link)
+        if rec.conn.router is not None:
+            rec.conn.router.remove(link)            # an inter-router link: freed after this (on_link_close)
         cls = rec.__class__
         if cls is RouterLink:
             self.engine.mesh_links.router_down(rec.conn)

@@ -101,6 +101,12 @@ class RouterPeer:
         slot = ("control" if rl.kind == CONTROL else "data") + ("_out" if rl.outgoing else "_in")
         setattr(self, slot, rl.handle)
 
+    def remove(self, handle: object) -> None:
+        """The link `handle` is gone (it is freed next): forget it, so nothing uses a freed link."""
+        for slot in ("control_in", "control_out", "data_in", "data_out"):
+            if getattr(self, slot) == handle:
+                setattr(self, slot, None)
+
     def control_ready(self) -> bool:
         both = PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE
         return all(h is not None and pn_link_state(h) & both == both

@@ -46,7 +46,7 @@ from tests.support import frame_gen as gen
 from tests.support.clients import REJECTED, Client, make_message
 from tests.support.meshes import build, mesh_node, wait_address
 from tests.support.ports import inter_router_port
-from tests.support.raw_amqp import AMQP_HEADER, ATTACH, DISPOSITION, FLOW, OPEN, RawConn
+from tests.support.raw_amqp import AMQP_HEADER, ATTACH, DETACH, DISPOSITION, FLOW, OPEN, RawConn
 from tests.support.raw_amqp import SOURCE as SRC
 from tests.support.raw_amqp import TARGET as TGT
 from tests.support.resources import rss_bytes
@@ -308,4 +308,31 @@ def test_flow_with_a_delivery_count_far_ahead_breaks_nothing(node):
     other.wait_credit()
     t = other.send("other")
     wait_for(lambda: t.settled, what="another producer's message")
+    _no_internal_error(node)
+
+
+def test_a_control_link_closed_before_the_peer_is_up_is_never_used(node_factory):
+    """The sequence behind the fuzz test's SIGSEGV (a node sent a control message on a link it had freed:
+    faulthandler showed `send_control` -> `pn_delivery`): a peer attaches and at once detaches the node's
+    outgoing control link (the node frees it), then attaches the other one. The peer record kept the
+    freed link; it is now forgotten when the link closes. Reading freed memory does not crash every
+    time, so this test could pass on the old code too: it checks the node lives, does not take the peer
+    for up, and keeps serving clients."""
+    node = mesh_node(node_factory, "A", listen=True, hello=0.2)
+    raw = RawConn("127.0.0.1", inter_router_port(node))
+    raw.send_bytes(AMQP_HEADER + gen.open_frame(gen.random.Random(0), "Z") + gen.begin_frame())
+    ctl = ["qd.router"]
+    # the node's outgoing control link (our receiving end) first, detached at once; then the other one
+    src, tgt = gen.terminus(SRC, None, ctl), gen.terminus(TGT, None, ctl)
+    raw.send_bytes(gen.attach_frame("ctl-in", 1, True, src, tgt) + gen.detach_frame(1)
+                   + gen.attach_frame("ctl-out", 0, False, src, tgt, snd_settle_mode=1))
+    raw.expect(DETACH)
+    time.sleep(1.0)                                   # five HELLO intervals
+    rx = Client(node.url).receiver("balanced/after-detach", credit=5)
+    tx = Client(node.url).sender("balanced/after-detach")
+    tx.wait_credit()
+    t = tx.send("still here")
+    wait_for(lambda: t.settled, what="a message through the node")
+    assert node.alive() and rx.bodies == ["still here"]
+    assert "neighbour Z up" not in node.stderr_path.read_text(errors="replace")
     _no_internal_error(node)
