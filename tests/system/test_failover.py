@@ -89,9 +89,8 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
             st.attempts += 1
             st.pending[tr.tag] = (mid, tr)
         # a fast mesh and an eager consumer can settle everything sent between two of this loop's turns:
-        # then kill right after the next batch leaves the client
+        # then kill as the next batch is sent (it is still on its way)
         if st.killed_at is None and due and st.pending:
-            pump(0.001)
             _kill(st, victim, rx)
         if resend and st.next_id == TOTAL and not st.resend and not st.pending:
             return st
