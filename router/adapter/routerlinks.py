@@ -15,6 +15,7 @@ messages that arrive, sends the ones it returns, and gives the core the control 
 from __future__ import annotations
 
 import logging
+import time
 
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
@@ -64,7 +65,31 @@ CONTROL = "qd.router"
 DATA = "qd.router-data"
 COST_PROPERTY = "qd.inter-router-cost"
 CONTROL_CREDIT = 1000        # control messages are small and never wait for a consumer
-ROUTE_BATCH = 100            # changed mobile addresses given to the core per pump (about 1.5 ms)
+ROUTE_BATCH = 100            # changed mobile addresses given to the core per pump (about 0.4 ms)
+# While an address flood is being applied (queued MAUs, changed addresses), bulk turns take at most this
+# share of the node's time: between turns the node sleeps or serves data, so on a shared machine it stays
+# quick to wake for traffic instead of competing for a core for the whole flood (issue 18, canary p99).
+BULK_DUTY = 0.3
+
+
+class DutyCycle:
+    """Paces turns of bulk work so that they take at most `duty` of the time while the work lasts: after a
+    turn of d seconds, the next one is due d / duty seconds after the turn began."""
+
+    def __init__(self, duty: float) -> None:
+        self.duty = duty
+        self.next_turn = 0.0
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_turn
+
+    def turn_done(self, start: float, end: float) -> None:
+        """A turn ran from `start` to `end` and more work is left."""
+        self.next_turn = start + (end - start) / self.duty
+
+    def wait(self, now: float) -> float:
+        """Seconds until the next turn is due (0: now)."""
+        return max(0.0, self.next_turn - now)
 
 
 class RouterLink:
@@ -178,6 +203,7 @@ class RouterLinks:
         # mobile addresses whose holders changed, not yet given to the core: ROUTE_BATCH per pump, so that
         # a flood of 20,000 new addresses does not hold the loop (and other traffic) for 200 ms
         self._route_backlog: set[str] = set()
+        self._bulk = DutyCycle(BULK_DUTY)   # turns of applying a flood, on the perf_counter() clock
         self._tagnum = ffi.new("uint64_t *")
         self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
 
@@ -279,8 +305,12 @@ class RouterLinks:
     # ---- the mesh's view, given to the core ------------------------------------------------------------
     @property
     def route_backlog(self) -> bool:
-        """Changed addresses wait for the next pump (the node pumps again soon, after other input)."""
-        return bool(self._route_backlog)
+        """Changed addresses or queued control messages wait for a later pump (see `bulk_due_in`)."""
+        return bool(self._route_backlog) or (self.mesh is not None and self.mesh.backlog)
+
+    def bulk_due_in(self) -> float:
+        """Seconds until the next bulk turn may run (0: now)."""
+        return self._bulk.wait(time.perf_counter())
 
     def routes_changed(self) -> None:
         """A data link to a peer came or went: the core's remote destinations need a new look."""
@@ -295,6 +325,10 @@ class RouterLinks:
         if self.core.local_changes:
             for key, present in self.core.take_local_address_changes():
                 mesh.local_address(key, present)
+        start = time.perf_counter()
+        bulk_turn = self._bulk.due(start)
+        if mesh.backlog and bulk_turn:  # large control messages (MAUs), a turn of them
+            mesh.handle_backlog()
         if mesh.pending:                # act now (paths, address updates), not at the next timer tick
             mesh.tick()
         ls = mesh.ls
@@ -303,9 +337,11 @@ class RouterLinks:
         if epoch == self._routes_synced and changed is not None:
             backlog = self._route_backlog   # only mobile addresses changed: O(changed), not a rescan
             backlog |= changed
-            if backlog:
+            if backlog and bulk_turn:
                 batch = [backlog.pop() for _ in range(min(ROUTE_BATCH, len(backlog)))]
                 self.core.update_remote_addresses(batch, ls.holders_of)
+            if bulk_turn and (backlog or mesh.backlog):     # more to come: pace the turns
+                self._bulk.turn_done(start, time.perf_counter())
             return
         self._routes_synced = epoch
         self._route_backlog.clear()         # the full view below covers them

@@ -429,6 +429,10 @@ class RouterCore(Settlement):
 
         addresses = remote = consumers = producers = 0
         for a in self.addresses.values():
+            if not a.consumers and not a.producers:     # most of a large table: remote destinations only
+                addresses += 1
+                remote += bool(a.remote)
+                continue
             c, p = shown(a.consumers), shown(a.producers)
             if c or p or a.remote or (not a.consumers and not a.producers):
                 addresses += 1

@@ -48,7 +48,7 @@ from router.linkstate.messages import (
     parse,
     short,
 )
-from router.linkstate.mobile import HINT_BALANCED, Applied, LocalAddresses, RemoteAddresses
+from router.linkstate.mobile import HINT_BALANCED, MAU_CHUNK, Applied, LocalAddresses, RemoteAddresses
 from router.linkstate.neighbors import NeighborChange, NeighborTable
 from router.linkstate.paths import Routes, Topology, compute_routes, to_networkx, valid_origins
 from router.logs import LogOnce
@@ -157,14 +157,14 @@ class LinkStateEngine:
             self._recompute(now)
         if self._wants_due:
             self._flush_wants(now, out)
-        diff = self._local.take_diff() if due(now, self._last_mau, self.config.mobile_interval) else None
-        if diff is not None:
-            self._last_mau = now
-            seq, added, deleted = diff
-            body = MobileAddressUpdate(self.node_id, self.instance, seq, add=tuple(added),
-                                       delete=tuple(deleted), hints=tuple(added.values())).to_map()
-            self._flood_out(MOBILE_ALL, MAU, body, out)
-            send_ra = True  # advertise the seq only after the diff went out
+        if due(now, self._last_mau, self.config.mobile_interval):
+            while (diff := self._local.take_diff(MAU_CHUNK)) is not None:   # a burst: several in order
+                self._last_mau = now
+                seq, added, deleted = diff
+                body = MobileAddressUpdate(self.node_id, self.instance, seq, add=tuple(added),
+                                           delete=tuple(deleted), hints=tuple(added.values())).to_map()
+                self._flood_out(MOBILE_ALL, MAU, body, out)
+                send_ra = True  # advertise the seq only after the diff went out
         interval = self.config.ra_interval_flux if self.in_flux(now) else self.config.ra_interval
         if send_ra or due(now, self._last_ra, interval):
             self._send_ra(now, out)

@@ -2,7 +2,9 @@
 
 Local side: the adapter adds an address when its first local destination appears and removes it when the
 last one goes. Each tick with changes bumps ``mobile_seq`` and yields one differential MAU (flooded before
-the RA that advertises the new seq, so peers do not MAR for it). A MAR is answered with an absolute MAU.
+the RA that advertises the new seq, so peers do not MAR for it); a burst larger than ``MAU_CHUNK`` goes
+out as several diffs of consecutive seqs, so that no peer applies thousands of addresses in one step. A
+MAR is answered with an absolute MAU.
 
 Remote side, per node: a diff is applied only if its seq is exactly ``held + 1``; an equal or older one is a
 duplicate; a newer one is a gap and asks for a MAR. Applying a too-new diff because a MAR is outstanding
@@ -16,6 +18,7 @@ import enum
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from router.linkstate.config import due
 from router.linkstate.messages import MobileAddressUpdate
@@ -25,6 +28,8 @@ HINT_MULTICAST = 1
 HINT_CLOSEST = 2
 HINT_BALANCED = 3
 _HINTS = {"multicast": HINT_MULTICAST, "closest": HINT_CLOSEST, "balanced": HINT_BALANCED}
+# Changes per diff MAU: a receiver decodes and applies one in ~1 ms, between its other work
+MAU_CHUNK = 500
 
 
 def hint_for(distribution: str) -> int:
@@ -63,16 +68,23 @@ class LocalAddresses:
         if self._added.pop(address, None) is None and address in self._published:
             self._deleted.add(address)
 
-    def take_diff(self) -> tuple[int, dict[str, int], list[str]] | None:
-        """Publish pending changes: ``(new seq, added -> hint, deleted)``, or None if nothing changed."""
+    def take_diff(self, limit: int | None = None) -> tuple[int, dict[str, int], list[str]] | None:
+        """Publish pending changes, at most ``limit`` of them (deletions first; the rest stay pending for
+        the next call): ``(new seq, added -> hint, deleted)``, or None if nothing changed."""
         if not self._added and not self._deleted:
             return None
         self.seq += 1
-        added, deleted = dict(sorted(self._added.items())), sorted(self._deleted)
+        if limit is None or len(self._added) + len(self._deleted) <= limit:
+            added, deleted = dict(sorted(self._added.items())), sorted(self._deleted)
+            self._added, self._deleted = {}, set()
+        else:
+            deleted = sorted(islice(self._deleted, limit))
+            self._deleted.difference_update(deleted)
+            taken = list(islice(self._added, limit - len(deleted)))
+            added = {address: self._added.pop(address) for address in sorted(taken)}
         self._published.update(added)
         for address in deleted:
             del self._published[address]
-        self._added, self._deleted = {}, set()
         return self.seq, added, deleted
 
     def published(self) -> dict[str, int]:

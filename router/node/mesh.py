@@ -12,18 +12,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from router.amqp.codec import MalformedError, Symbol
 from router.amqp.message import SectionTypeError, decode_message, encode_message
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
+from router.linkstate.messages import HELLO
 from router.logs import LogOnce
 
 log = logging.getLogger(__name__)
 
 TRACE = Symbol("x-opt-qd.trace")
 _MAP_SECTIONS = ("application-properties", "message-annotations")
+# A control message this large (an MAU of many addresses) waits in the inbox, handled in turns of at most
+# CONTROL_BUDGET seconds per pump, so that data and other connections are served in between; once the inbox
+# holds something, later messages queue behind it (in order) except HELLOs, which never wait.
+BULK_BYTES = 2048
+CONTROL_BUDGET = 0.002
 
 
 def encode_control(message: Mapping[str, Any]) -> bytes:
@@ -67,6 +74,7 @@ class MeshControl:
         # something happened that the engine's timers would otherwise act on only at the next tick (a
         # control message, a link up or down, a local address): the node runs `tick` after this pump
         self.pending = False
+        self._inbox: deque[tuple[object, bytes | dict[str, Any]]] = deque()
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
@@ -76,20 +84,57 @@ class MeshControl:
     def link_down(self, conn: object, peer: object) -> None:
         log.info("inter-router connection to %s lost", peer.node_id)
         self.pending = True
+        if self._inbox:                     # what it sent and we did not handle yet goes with it
+            self._inbox = deque(item for item in self._inbox if item[0] is not conn)
         self._send(self.ls.link_down(conn, self._clock()))
 
     def on_control(self, conn: object, data: bytes) -> None:
+        """A control message arrived on `conn`: handled now, or queued behind large ones."""
         self.pending = True
+        if not self._inbox and len(data) <= BULK_BYTES:
+            self._handle(conn, data)
+            return
+        if len(data) <= BULK_BYTES:
+            try:
+                message = decode_control(data)
+            except ControlMessageError as exc:
+                self._dropped(conn, exc)
+                return
+            if message["opcode"] == HELLO:
+                self._handle(conn, message)
+                return
+            data = message
+        self._inbox.append((conn, data))
+
+    @property
+    def backlog(self) -> bool:
+        """Queued control messages wait for the next pump."""
+        return bool(self._inbox)
+
+    def handle_backlog(self, budget: float = CONTROL_BUDGET) -> None:
+        """Handle queued control messages in order until `budget` seconds went by (at least one)."""
+        inbox = self._inbox
+        deadline = time.perf_counter() + budget
+        while inbox:
+            conn, data = inbox.popleft()
+            self._handle(conn, data)
+            if time.perf_counter() >= deadline:
+                break
+
+    def _handle(self, conn: object, data: bytes | dict[str, Any]) -> None:
         try:
-            message = decode_control(data)
+            message = decode_control(data) if isinstance(data, bytes) else data
             out = self.ls.handle(message, self._clock(), conn)
         except ControlMessageError as exc:
-            self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", exc)
+            self._dropped(conn, exc)
             return
         self._send(out)
         if self._close is not None:
             for link in self.ls.take_impostors():
                 self._close(link)
+
+    def _dropped(self, conn: object, exc: ControlMessageError) -> None:
+        self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", exc)
 
     def heard(self, conn: object) -> None:
         """The inter-router connection `conn` delivered input: its peer is alive."""

@@ -101,6 +101,7 @@ class NodeServer:
         self.trimmer = Trimmer()        # freed memory back to the system after waves of connections
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
+        self._bulk_handle: asyncio.TimerHandle | None = None   # the next bulk turn (address floods)
         self._spent = 0.0                           # seconds of heavy reads handled in this loop iteration
         self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
         self._new_pass_scheduled = False
@@ -241,6 +242,8 @@ class NodeServer:
             connector.stop()
         if self._mesh_handle is not None:
             self._mesh_handle.cancel()
+        if self._bulk_handle is not None:
+            self._bulk_handle.cancel()
         for conn in list(self.engine.conns.values()):
             self.engine.close(conn)         # say goodbye properly so peers do not see an abort
             self._close_socket(conn)
@@ -466,6 +469,18 @@ class NodeServer:
             self._pump_scheduled = True
             self.loop.call_soon(self._pump)
 
+    def _schedule_bulk(self) -> None:
+        """Pump again when the next bulk turn is due (at once, after other sockets' input, if it is)."""
+        delay = self.engine.mesh_links.bulk_due_in()
+        if delay <= 0:
+            self._schedule()
+        elif self._bulk_handle is None:
+            self._bulk_handle = self.loop.call_later(delay, self._bulk_pump)
+
+    def _bulk_pump(self) -> None:
+        self._bulk_handle = None
+        self._pump()
+
     def _pump(self, now: float | None = None) -> None:
         """Handle all Proton events, apply credit, write output; once per loop iteration. `now`: when the
         input that led to it was read (its decoding, in Proton, counts in the pass's time)."""
@@ -483,8 +498,8 @@ class NodeServer:
         self._reap()
         if self._watchers:
             self._notify_watchers()
-        if engine.mesh_links.route_backlog:  # more route updates: after what the other sockets have
-            self._schedule()
+        if engine.mesh_links.route_backlog:  # more route updates: in the next bulk turn
+            self._schedule_bulk()
         self._took = took = time.monotonic() - now
         self.pump_latency.observe(took)         # its sum: the seconds spent working (the GC pacer's load)
 

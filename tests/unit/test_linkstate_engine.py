@@ -212,3 +212,22 @@ def test_local_address_changes_are_coalesced_per_mobile_interval():
     assert engine.mobile_seq == 2                # the three changes in one diff
     engine.tick(10.5)
     assert engine.mobile_seq == 2                # nothing more to say
+
+
+def test_a_burst_of_local_addresses_goes_out_as_several_chunked_maus_in_one_tick():
+    """Thousands of new addresses: MAUs of at most MAU_CHUNK changes each, consecutive seqs, sent at once
+    (the RA that advertises the last seq follows them)."""
+    from router.linkstate.mobile import MAU_CHUNK
+    engine = LinkStateEngine("A", 1)
+    neighbour_up(engine, "B", "L1")
+    engine.tick(0.5)
+    n = 2 * MAU_CHUNK + 7
+    for i in range(n):
+        engine.add_local_address(f"svc/{i}")
+    out = engine.tick(1.0)
+    maus = [o for o in out if o.opcode == "MAU"]
+    assert [o.body["mobile_seq"] for o in maus] == [1, 2, 3]
+    assert [len(o.body["add"]) for o in maus] == [MAU_CHUNK, MAU_CHUNK, 7]
+    assert sorted(a for o in maus for a in o.body["add"]) == sorted(f"svc/{i}" for i in range(n))
+    opcodes = [o.opcode for o in out]
+    assert opcodes.index("RA") > opcodes.index("MAU") and engine.mobile_seq == 3

@@ -113,3 +113,28 @@ def test_changed_addresses_are_collected_once_followed():
     remote.apply(absolute(5, ["M0c", "M0d"], node="B"))     # a resync: the difference only
     assert remote.take_changed() == {"M0b", "M0d"}
     assert remote.index() == {"M0b": frozenset({"C"}), "M0c": frozenset({"B"}), "M0d": frozenset({"B"})}
+
+
+def test_a_large_burst_is_published_in_chunks_of_consecutive_seqs():
+    """Over `limit` changes: several diffs, deletions first, that together say what one diff would."""
+    local = LocalAddresses()
+    for i in range(5):
+        local.add(f"old{i}", HINT_CLOSEST)
+    local.take_diff()
+    for i in range(5):
+        local.remove(f"old{i}")
+    for i in range(8):
+        local.add(f"new{i}", HINT_BALANCED)
+    remote = RemoteAddresses()
+    remote.apply(absolute(1, [f"old{i}" for i in range(5)]))
+    chunks = []
+    while (d := local.take_diff(limit=4)) is not None:
+        chunks.append(d)
+    assert [seq for seq, _, _ in chunks] == [2, 3, 4, 5]
+    assert all(len(added) + len(deleted) <= 4 for _, added, deleted in chunks)
+    assert sorted(a for _, _, deleted in chunks for a in deleted) == [f"old{i}" for i in range(5)]
+    assert chunks[0][2] and not chunks[0][1]                  # deletions go first
+    for seq, added, deleted in chunks:                         # a peer applies them in turn, no gap
+        assert remote.apply(diff(seq, list(added), deleted, hints=tuple(added.values()))) is Applied.APPLIED
+    assert remote.addresses_of("B") == {f"new{i}": HINT_BALANCED for i in range(8)}
+    assert local.published() == local.addresses == {f"new{i}": HINT_BALANCED for i in range(8)}

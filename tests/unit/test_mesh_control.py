@@ -1,0 +1,98 @@
+"""MeshControl's inbox: large control messages (MAU floods) are handled in turns, in order; HELLOs
+never wait. The duty cycle that paces those turns."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from router.linkstate import LinkStateEngine
+from router.linkstate.mobile import MAU_CHUNK
+from router.node.mesh import BULK_BYTES, MeshControl, encode_control
+
+
+def _pair() -> tuple[MeshControl, LinkStateEngine, object, object, list]:
+    """Node B's MeshControl with A as its neighbour over `conn`; A is a bare engine whose messages B gets."""
+    sent: list = []
+    b = MeshControl("B", {}, send=lambda link, data: sent.append((link, data)), clock=lambda: 1.0)
+    a = LinkStateEngine("A", 1)
+    conn, peer = object(), SimpleNamespace(cost=1, node_id="A")
+    b.link_up(conn, peer)
+    for out in a.link_up("LB", 1, 0.0):
+        b.on_control(conn, encode_control(out.message))
+    for _, data in sent:                                # B's HELLO back: A sees B
+        a.handle(_decode(data), 0.1, "LB")
+    for out in a.tick(0.2):
+        b.on_control(conn, encode_control(out.message))
+    return b, a, conn, peer, sent
+
+
+def _decode(data: bytes) -> dict:
+    from router.node.mesh import decode_control
+    return decode_control(data)
+
+
+def _burst(a: LinkStateEngine, n: int, now: float) -> list[bytes]:
+    for i in range(n):
+        a.add_local_address(f"svc/{i}")
+    return [encode_control(o.message) for o in a.tick(now)]
+
+
+def test_large_maus_wait_in_the_inbox_and_are_applied_in_order_in_turns():
+    b, a, conn, _, _ = _pair()
+    messages = _burst(a, 2 * MAU_CHUNK + 7, 1.0)
+    big = [m for m in messages if len(m) > BULK_BYTES]
+    assert len(big) >= 2
+    for data in messages:
+        b.on_control(conn, data)
+    assert b.backlog and len(b.ls.known_addresses) == 0      # nothing applied while the read was handled
+    b.handle_backlog(budget=0)                               # a turn: at least one message
+    first = len(b.ls.known_addresses)
+    assert 0 < first < 2 * MAU_CHUNK + 7 and b.backlog
+    while b.backlog:
+        b.handle_backlog()
+    assert len(b.ls.known_addresses) == 2 * MAU_CHUNK + 7
+    assert b.ls.counters["mau_gap"] == 0 and b.ls.counters["mau_applied"] == 3   # in order: no resync
+
+
+def test_a_hello_is_handled_at_once_while_other_messages_queue_behind_the_maus():
+    b, a, conn, _, sent = _pair()
+    hellos, ras = b.ls.counters["in_HELLO"], b.ls.counters["in_RA"]
+    burst = _burst(a, MAU_CHUNK + 1, 1.0)           # two MAUs, then the RA advertising the last seq
+    assert len(burst[-1]) <= BULK_BYTES
+    for data in burst:
+        b.on_control(conn, data)
+    assert b.ls.counters["in_RA"] == ras                      # behind the MAUs whose seq it advertises
+    hello = next(o for o in a.tick(3.0) if o.opcode == "HELLO")
+    b.on_control(conn, encode_control(hello.message))
+    assert b.ls.counters["in_HELLO"] == hellos + 1            # not behind them
+    while b.backlog:
+        b.handle_backlog()
+    assert b.ls.counters["in_RA"] == ras + 1
+    assert b.ls.counters["mau_gap"] == 0
+    assert "MAR" not in [_decode(data)["opcode"] for _, data in sent]      # the RA did not look ahead
+
+
+def test_what_a_lost_peer_sent_and_was_not_handled_is_dropped_with_it():
+    b, a, conn, peer, _ = _pair()
+    for data in _burst(a, MAU_CHUNK + 1, 1.0):
+        b.on_control(conn, data)
+    assert b.backlog
+    b.link_down(conn, peer)
+    assert not b.backlog
+
+
+def test_bulk_turns_take_at_most_their_share_of_the_time():
+    from router.adapter.routerlinks import DutyCycle
+    pace = DutyCycle(0.25)
+    assert pace.due(0.0) and pace.wait(0.0) == 0.0
+    pace.turn_done(1.000, 1.002)                     # a 2 ms turn: the next one 8 ms after it began
+    assert not pace.due(1.002) and abs(pace.wait(1.002) - 0.006) < 1e-9
+    assert pace.due(1.008)
+    busy = 0.0
+    now = 2.0
+    for _ in range(100):                             # back to back as soon as due: 25% busy
+        now += pace.wait(now)
+        pace.turn_done(now, now + 0.001)
+        busy += 0.001
+        now += 0.001
+    assert abs(busy / (pace.next_turn - 2.0) - 0.25) < 0.01
