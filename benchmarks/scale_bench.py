@@ -4,8 +4,9 @@
 The mesh is topologies/four-node.yaml's (every node linked to every other one), on free ports, with the
 default control-plane timers (HELLO 1 s, a neighbour lost after 3 s) and ``idle_timeout: 0`` (the idle
 connections of the benchmark send no heartbeats). A canary RPC stream (a caller on B, an echo server on
-D, ``--canary-rate`` calls/s) runs throughout; with ``--canary-via-a`` a second one (a caller on C, an echo
-server on A) crosses the node of the storm. Measured:
+D, ``--canary-rate`` calls/s) runs throughout, in a process of its own (the storm's load is generated in
+this one); with ``--canary-via-a`` a second one (a caller on C, an echo server on A, its own process too)
+crosses the node of the storm. Measured:
 
 * **storm**: ``--addresses`` receivers on unique addresses attached to A in one burst, over raw
   connections of 1,000 links each (a listener's default ``max_links``), every connection's ATTACHes
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import re
 import signal
@@ -245,14 +247,62 @@ class Canary(threading.Thread):
                 nxt += self.period
                 time.sleep(max(0.0, nxt - time.monotonic()))
 
+
+def _probe_main(pipe: Any, caller_url: str, callee_url: str, address: str, rate: float, name: str) -> None:
+    """A canary's own process: the echo server and the caller, answering "samples" and "stop" requests."""
+    server = RpcServer(callee_url, address, lambda body, props: body, name=f"echo-{name}")
+    try:
+        _wait_for_server(caller_url, address)
+        canary = Canary(caller_url, rate, address)
+        canary.start()
+        pipe.send("ready")
+        while pipe.recv() != "stop":
+            pipe.send(list(canary.samples))
+        canary.stop = True
+        canary.join(10)
+        pipe.send(list(canary.samples))
+    finally:
+        with contextlib.suppress(Exception):
+            server.stop()
+
+
+class CanaryProcess:
+    """A canary RPC stream (echo server on the callee node, caller on the caller node) in a process of its
+    own, so that the load the benchmark generates in this process (the storm's writer threads, the reader
+    of A's answers) never holds the canary's interpreter: its latency is the mesh's."""
+
+    def __init__(self, caller_url: str, callee_url: str, address: str, rate: float, name: str) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._pipe, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_probe_main, daemon=True,
+                                 args=(child, caller_url, callee_url, address, rate, name))
+        self._proc.start()
+        if not self._pipe.poll(60) or self._pipe.recv() != "ready":
+            raise SystemExit(f"scale_bench: the canary {name} did not start")
+        self._final: list | None = None
+
+    def samples(self) -> list[tuple[float, float | None]]:
+        if self._final is not None:
+            return self._final
+        self._pipe.send("samples")
+        return self._pipe.recv()
+
+    def stop(self) -> None:
+        if self._final is None and self._proc.is_alive():
+            self._pipe.send("stop")
+            self._final = self._pipe.recv() if self._pipe.poll(20) else []
+        self._proc.join(10)
+
     def window(self, start: float, end: float) -> dict[str, Any]:
-        lat = sorted(x for t, x in self.samples if start <= t <= end and x is not None)
-        errors = sum(1 for t, x in self.samples if start <= t <= end and x is None)
+        """Calls begun between `start` and `end` (time.monotonic(), the same clock in every process)."""
+        samples = self.samples()
+        lat = sorted(x for t, x in samples if start <= t <= end and x is not None)
+        errors = sum(1 for t, x in samples if start <= t <= end and x is None)
         if not lat:
             return {"calls": 0, "errors": errors}
         offset = time.time() - time.monotonic()     # slow calls by wall clock, to match the nodes' logs
         slow = [(_clock(t + offset), round(1000 * x, 1))
-                for t, x in self.samples if start <= t <= end and x is not None and x > 0.02]
+                for t, x in samples if start <= t <= end and x is not None and x > 0.02]
         return {"calls": len(lat), "errors": errors, "p50_ms": 1000 * statistics.median(lat),
                 "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], "max_ms": 1000 * lat[-1],
                 "slow_calls": slow}
@@ -278,7 +328,8 @@ def _clock(t: float) -> str:
 # -------------------------------------------------------------------------------------------- measures
 
 
-def storm(mesh: Mesh, canaries: dict[str, Canary], n: int) -> tuple[dict[str, Any], list[socket.socket]]:
+def storm(mesh: Mesh, canaries: dict[str, CanaryProcess],
+          n: int) -> tuple[dict[str, Any], list[socket.socket]]:
     """``n`` receivers attached to A at once over connections of PER_CONNECTION links, every connection's
     ATTACHes written at the same moment (one writer thread each)."""
     a, c = mesh.nodes["A"], mesh.nodes["C"]
@@ -420,17 +471,13 @@ def main() -> int:
     out: dict[str, Any] = {"args": vars(args)}
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         mesh = Mesh(Path(tmp))
-        servers: list[RpcServer] = []
-        canaries: dict[str, Canary] = {}
+        canaries: dict[str, CanaryProcess] = {}
         paths = [("B→D", "B", "D", ECHO)] + ([("C→A", "C", "A", ECHO_A)] if args.canary_via_a else [])
         try:
             mesh.start()
             for path, caller, callee, address in paths:
-                servers.append(RpcServer(mesh.nodes[callee].url, address, lambda body, props: body,
-                                         name=f"echo-{callee}"))
-                _wait_for_server(mesh.nodes[caller].url, address)
-                canaries[path] = Canary(mesh.nodes[caller].url, args.canary_rate, address)
-                canaries[path].start()
+                canaries[path] = CanaryProcess(mesh.nodes[caller].url, mesh.nodes[callee].url, address,
+                                               args.canary_rate, callee)
             time.sleep(2.0)
             out["canary_before"] = canaries["B→D"].window(0, time.monotonic())
             out["storm"], storm_socks = storm(mesh, canaries, args.addresses)
@@ -444,11 +491,7 @@ def main() -> int:
             out["losses_total"] = sum(len(v) for v in mesh.losses().values())
         finally:
             for canary in canaries.values():
-                canary.stop = True
-                canary.join(10)
-            for server in servers:
-                with contextlib.suppress(Exception):
-                    server.stop()
+                canary.stop()
             mesh.stop()
             if args.logs:
                 Path(args.logs).mkdir(parents=True, exist_ok=True)
