@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from router.amqp.codec import MalformedError, Symbol
 from router.amqp.message import SectionTypeError, decode_message, encode_message
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
-from router.linkstate.messages import HELLO
+from router.linkstate.messages import MAU, RA
 from router.logs import LogOnce
 
 log = logging.getLogger(__name__)
@@ -27,10 +27,13 @@ log = logging.getLogger(__name__)
 TRACE = Symbol("x-opt-qd.trace")
 _MAP_SECTIONS = ("application-properties", "message-annotations")
 # A control message this large (an MAU of many addresses) waits in the inbox, handled in turns of at most
-# CONTROL_BUDGET seconds per pump, so that data and other connections are served in between; once the inbox
-# holds something, later messages queue behind it (in order) except HELLOs, which never wait.
+# CONTROL_BUDGET seconds per pump, so that data and other connections are served in between. While a link
+# has messages waiting, its RAs and MAUs queue behind them: they carry the sender's mobile seq, and an RA
+# handled before the MAUs whose seq it advertises would make this node ask for a full resync. HELLOs and
+# link-state messages (LSU, LSR) and MARs never wait.
 BULK_BYTES = 2048
 CONTROL_BUDGET = 0.002
+_IN_ORDER = frozenset((RA, MAU))
 
 
 def encode_control(message: Mapping[str, Any]) -> bytes:
@@ -75,6 +78,7 @@ class MeshControl:
         # control message, a link up or down, a local address): the node runs `tick` after this pump
         self.pending = False
         self._inbox: deque[tuple[object, bytes | dict[str, Any]]] = deque()
+        self._waiting: Counter[object] = Counter()      # link -> its messages in the inbox
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
@@ -84,27 +88,31 @@ class MeshControl:
     def link_down(self, conn: object, peer: object) -> None:
         log.info("inter-router connection to %s lost", peer.node_id)
         self.pending = True
-        if self._inbox:                     # what it sent and we did not handle yet goes with it
+        if self._waiting.pop(conn, 0):      # what it sent and we did not handle yet goes with it
             self._inbox = deque(item for item in self._inbox if item[0] is not conn)
         self._send(self.ls.link_down(conn, self._clock()))
 
     def on_control(self, conn: object, data: bytes) -> None:
-        """A control message arrived on `conn`: handled now, or queued behind large ones."""
+        """A control message arrived on `conn`: handled now, or queued (see BULK_BYTES)."""
         self.pending = True
-        if not self._inbox and len(data) <= BULK_BYTES:
+        if len(data) > BULK_BYTES:
+            self._queue(conn, data)
+        elif not self._waiting[conn]:
             self._handle(conn, data)
-            return
-        if len(data) <= BULK_BYTES:
+        else:
             try:
                 message = decode_control(data)
             except ControlMessageError as exc:
                 self._dropped(conn, exc)
                 return
-            if message["opcode"] == HELLO:
+            if message["opcode"] in _IN_ORDER:
+                self._queue(conn, message)
+            else:
                 self._handle(conn, message)
-                return
-            data = message
+
+    def _queue(self, conn: object, data: bytes | dict[str, Any]) -> None:
         self._inbox.append((conn, data))
+        self._waiting[conn] += 1
 
     @property
     def backlog(self) -> bool:
@@ -113,10 +121,13 @@ class MeshControl:
 
     def handle_backlog(self, budget: float = CONTROL_BUDGET) -> None:
         """Handle queued control messages in order until `budget` seconds went by (at least one)."""
-        inbox = self._inbox
+        inbox, waiting = self._inbox, self._waiting
         deadline = time.perf_counter() + budget
         while inbox:
             conn, data = inbox.popleft()
+            waiting[conn] -= 1
+            if not waiting[conn]:
+                del waiting[conn]
             self._handle(conn, data)
             if time.perf_counter() >= deadline:
                 break

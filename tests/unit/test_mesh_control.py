@@ -14,16 +14,24 @@ def _pair() -> tuple[MeshControl, LinkStateEngine, object, object, list]:
     """Node B's MeshControl with A as its neighbour over `conn`; A is a bare engine whose messages B gets."""
     sent: list = []
     b = MeshControl("B", {}, send=lambda link, data: sent.append((link, data)), clock=lambda: 1.0)
-    a = LinkStateEngine("A", 1)
-    conn, peer = object(), SimpleNamespace(cost=1, node_id="A")
-    b.link_up(conn, peer)
-    for out in a.link_up("LB", 1, 0.0):
-        b.on_control(conn, encode_control(out.message))
-    for _, data in sent:                                # B's HELLO back: A sees B
-        a.handle(_decode(data), 0.1, "LB")
-    for out in a.tick(0.2):
-        b.on_control(conn, encode_control(out.message))
+    a, conn, peer = _neighbour(b, sent, "A")
     return b, a, conn, peer, sent
+
+
+def _neighbour(b: MeshControl, sent: list, node: str) -> tuple[LinkStateEngine, object, object]:
+    """A bare engine `node` linked to B (HELLOs both ways, its first RA handled by B)."""
+    engine = LinkStateEngine(node, 1)
+    conn, peer = object(), SimpleNamespace(cost=1, node_id=node)
+    sent.clear()
+    b.link_up(conn, peer)
+    for out in engine.link_up("LB", 1, 0.0):
+        b.on_control(conn, encode_control(out.message))
+    for link, data in sent:                             # B's HELLO back: the engine sees B
+        if link is conn:
+            engine.handle(_decode(data), 0.1, "LB")
+    for out in engine.tick(0.2):
+        b.on_control(conn, encode_control(out.message))
+    return engine, conn, peer
 
 
 def _decode(data: bytes) -> dict:
@@ -96,3 +104,23 @@ def test_bulk_turns_take_at_most_their_share_of_the_time():
         busy += 0.001
         now += 0.001
     assert abs(busy / (pace.next_turn - 2.0) - 0.25) < 0.01
+
+
+def test_link_state_and_other_links_never_wait_behind_a_flood():
+    """While A's MAUs wait: A's LSR is answered at once, and C's RA (another link) is handled at once."""
+    b, a, conn, _, sent = _pair()
+    c, conn_c, _ = _neighbour(b, sent, "C")
+    for data in _burst(a, MAU_CHUNK + 1, 1.0):
+        b.on_control(conn, data)
+    assert b.backlog
+    sent.clear()
+    lsr = {"to": "_topo/0/B/qdrouter", "opcode": "LSR", "trace": ["A"],
+           "body": {"id": "A", "pv": 1, "area": "0", "instance": 1}}
+    b.on_control(conn, encode_control(lsr))
+    assert [_decode(data)["opcode"] for link, data in sent] == ["LSU"]      # B's link state, at once
+    ras = b.ls.counters["in_RA"]
+    c.add_local_address("svc/c")
+    for out in c.tick(1.0):
+        b.on_control(conn_c, encode_control(out.message))
+    assert b.ls.counters["in_RA"] == ras + 1 and "svc/c" in b.ls.known_addresses
+    assert b.backlog and len(b.ls.known_addresses) == 1                     # A's still wait
