@@ -33,6 +33,7 @@ _MAP_SECTIONS = ("application-properties", "message-annotations")
 # link-state messages (LSU, LSR) and MARs never wait.
 BULK_BYTES = 2048
 CONTROL_BUDGET = 0.002
+INBOX_LIMIT = 1000      # queued messages at most (a peer flooding faster than its turns: the oldest now)
 _IN_ORDER = frozenset((RA, MAU))
 
 
@@ -111,6 +112,8 @@ class MeshControl:
                 self._handle(conn, message)
 
     def _queue(self, conn: object, data: bytes | dict[str, Any]) -> None:
+        if len(self._inbox) >= INBOX_LIMIT:
+            self.handle_backlog(budget=0)   # one, in order: the memory it takes stays bounded
         self._inbox.append((conn, data))
         self._waiting[conn] += 1
 

@@ -124,3 +124,18 @@ def test_link_state_and_other_links_never_wait_behind_a_flood():
         b.on_control(conn_c, encode_control(out.message))
     assert b.ls.counters["in_RA"] == ras + 1 and "svc/c" in b.ls.known_addresses
     assert b.backlog and len(b.ls.known_addresses) == 1                     # A's still wait
+
+
+def test_the_inbox_is_bounded_by_handling_the_oldest_message_first(monkeypatch):
+    """A peer that floods faster than the turns: past INBOX_LIMIT each new message makes the oldest one be
+    handled at once, still in order (no gap, no resync)."""
+    import router.node.mesh as mesh
+    monkeypatch.setattr(mesh, "INBOX_LIMIT", 2)
+    b, a, conn, _, _ = _pair()
+    messages = _burst(a, 4 * MAU_CHUNK, 1.0)            # four MAUs and the RA
+    for data in messages:
+        b.on_control(conn, data)
+    assert len(b._inbox) == 2 and b.ls.counters["mau_applied"] == 3
+    while b.backlog:
+        b.handle_backlog()
+    assert len(b.ls.known_addresses) == 4 * MAU_CHUNK and b.ls.counters["mau_gap"] == 0
