@@ -34,7 +34,7 @@ _MAP_SECTIONS = ("application-properties", "message-annotations")
 BULK_BYTES = 2048
 CONTROL_BUDGET = 0.002
 INBOX_LIMIT = 1000      # queued messages at most (a peer flooding faster than its turns: the oldest now)
-_IN_ORDER = frozenset((RA, MAU))
+_IN_ORDER = (RA, MAU)
 
 
 def encode_control(message: Mapping[str, Any]) -> bytes:
@@ -106,7 +106,7 @@ class MeshControl:
             except ControlMessageError as exc:
                 self._dropped(conn, exc)
                 return
-            if message["opcode"] in _IN_ORDER:
+            if message["opcode"] in _IN_ORDER:   # a tuple: an unhashable forged opcode compares unequal
                 self._queue(conn, message)
             else:
                 self._handle(conn, message)

@@ -139,3 +139,21 @@ def test_the_inbox_is_bounded_by_handling_the_oldest_message_first(monkeypatch):
     while b.backlog:
         b.handle_backlog()
     assert len(b.ls.known_addresses) == 4 * MAU_CHUNK and b.ls.counters["mau_gap"] == 0
+
+
+def test_a_forged_opcode_of_any_type_is_dropped_while_messages_wait():
+    """The fuzz test's find: while a link had messages queued, an opcode that was a list or a map (not
+    hashable) raised in the node's delivery handler; it is a malformed message like any other."""
+    b, a, conn, _, _ = _pair()
+    for data in _burst(a, MAU_CHUNK + 1, 1.0):
+        b.on_control(conn, data)
+    assert b.backlog
+    malformed = b.ls.counters["malformed"]
+    for opcode in (["MAU"], {"RA": 1}, 7, None):
+        forged = {"to": "_topo/0/all/qdrouter", "opcode": opcode, "trace": ["A"],
+                  "body": {"id": "A", "pv": 1, "area": "0", "instance": 1}}
+        b.on_control(conn, encode_control(forged))
+    assert b.ls.counters["malformed"] == malformed + 4
+    while b.backlog:
+        b.handle_backlog()
+    assert len(b.ls.known_addresses) == MAU_CHUNK + 1
