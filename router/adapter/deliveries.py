@@ -77,7 +77,9 @@ class Deliveries:
         self.node_id = engine.node_id
         self.peer_sections = PeerSections(self.node_id)    # messages from peers, by annotations section
         self.ingress_sections = IngressSections(self.node_id)   # what we add to clients' messages, by key
-        self.check_sections = SectionShapes().check        # client_sections, fast for a known shape
+        shapes = SectionShapes()
+        self.check_sections = shapes.check                 # client_sections, fast for a known shape
+        self.ingress_insertion = shapes.insertion          # the check, for a message an ingress annotates
         self.links = engine.links
         self.dirty = engine.dirty
         self.engine = engine
@@ -159,6 +161,10 @@ class Deliveries:
         if rec.router:                  # from a peer node: routed by its router annotations
             self._from_peer(d, rec, self.view[:n].tobytes(), presettled)
             return
+        a = rec.address
+        if a is not None and a.remote:  # served by other nodes: checked and annotated on the way
+            self._ingress(d, rec, a, buf, n, presettled)
+            return
         try:                            # a client's message: sections in AMQP order, no router keys
             if self.check_sections(self.view, n):
                 buf, n = self._strip(buf, n)
@@ -166,7 +172,6 @@ class Deliveries:
             why = f"{BAD_SECTIONS}{exc}".encode()
             self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
             return
-        a = rec.address
         if a is None:
             key = self._anonymous_key(d, buf, n, presettled, rec)
             if key is None:
@@ -175,12 +180,6 @@ class Deliveries:
             if a is not None and a.remote:
                 self._to_mesh(d, rec, a, key, self.view[:n].tobytes(), presettled)
                 return
-        elif a.remote:
-            if a.multicast:
-                self._to_mesh(d, rec, a, a.key, self.view[:n].tobytes(), presettled)
-            else:
-                self._ingress(d, rec, a, self.view[:n].tobytes(), presettled)
-            return
         core = self.core
         c = core.route(rec, a, presettled)
         obs = self.obs
@@ -205,6 +204,19 @@ class Deliveries:
                          -1 if obs is None else obs.route_of(a.key, rec, c, None, None))
         if mode:
             self._settled_on_the_way(mode, d, od, rec, a.key, c, None, None, n)
+
+    def _checked(self, d: object, p: Producer, buf: object, n: int, presettled: bool
+                 ) -> tuple[object, int] | None:
+        """The section check of a client's message in the read buffer (`check_sections`): the message to
+        go on (without router keys), or None when it was rejected (sections out of AMQP order)."""
+        try:
+            if self.check_sections(self.view, n):
+                return self._strip(buf, n)
+        except MalformedError as exc:
+            why = f"{BAD_SECTIONS}{exc}".encode()
+            self._reject(d, p, presettled, Rejection(b"amqp:decode-error", why))
+            return None
+        return buf, n
 
     def _strip(self, buf: object, n: int) -> tuple[object, int]:
         """Rewrite the client's message in the read buffer without its `x-opt-qd.*` annotations."""
@@ -296,46 +308,71 @@ class Deliveries:
         if mode:
             self._settled_on_the_way(mode, d, od, p, key, c, s.ann, rd, n)
 
-    def _ingress(self, d: object, p: Producer, a: Address, data: bytes, presettled: bool) -> None:
-        """A client's complete message on a named link for anycast address `a`, which other nodes serve:
-        `_to_mesh` for the usual case (the annotations section made once per address, inserted)."""
+    def _ingress(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool) -> None:
+        """A client's complete message (`buf[:n]`, the read buffer) on a named link for address `a`,
+        which other nodes serve. Its sections are checked by the kept shape (SectionShapes.insertion,
+        which also says where the annotations go) or else by `_checked`. Toward a peer an anycast message
+        gets the annotations section made once per address (IngressSections), inserted there, else
+        where `insertion_point` finds, else by the general rewrite (annotations of its own)."""
+        at = self.ingress_insertion(self.view, n)
+        if at < 0:
+            checked = self._checked(d, p, buf, n, presettled)
+            if checked is None:
+                return
+            buf, n = checked
+        if a.multicast:
+            self._to_mesh(d, p, a, a.key, self.view[:n].tobytes(), presettled)
+            return
         core = self.core
         key = a.key
-        kind, c, rd = core.route_mesh(p, a, presettled)
+        kind, c, rd = core.route_ingress(p, a, presettled)
         obs = self.obs
         if obs is not None and p.credit == 0:
             obs.event("credit_starved_start", p.handle, key, p.conn.peer)
         if not kind:
-            self._unroutable(d, p, presettled, key, len(data))
+            self._unroutable(d, p, presettled, key, n)
             return
-        out = data
+        out = None
         if c.peer is not None:
-            at = insertion_point(data)
-            if at < 0:                          # annotations of its own: the general rewrite
-                try:
-                    out = self.rewritten(True, key, data, None, None)
-                except MalformedError:
-                    self._reject(d, p, presettled, UNREADABLE, counted=True)
-                    return
-            elif len(data) <= BIG:
-                out = data[:at] + self.ingress_sections.section(key) + data[at:]
+            if at >= 0:
+                view = self.view
+                section = self.ingress_sections[key]
+                out = section + view[:n] if at == 0 else b"".join((view[:at], section, view[at:n]))
             else:
-                view = memoryview(data)
-                out = b"".join((view[:at], self.ingress_sections.section(key), view[at:]))
+                out = self._annotated(d, p, key, n, presettled)
+                if out is None:
+                    return
         if kind == HOLD:
-            core.hold(c, Held(out, d, p, presettled, None, key, None, rd))
+            held = out if out is not None else self.view[:n].tobytes()
+            core.hold(c, Held(held, d, p, presettled, None, key, None, rd))
             return
         handle = c.handle               # send_whole, inlined
         self._tagnum[0] += 1
         od = pn_delivery(handle, self._tag)
-        n = len(out)
-        pn_link_send(handle, out, n)
+        if out is None:
+            pn_link_send(handle, buf, n)
+        else:
+            n = len(out)
+            pn_link_send(handle, out, n)
         pn_link_advance(handle)
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, None, rd))
         if mode:
             self._settled_on_the_way(mode, d, od, p, key, c, None, rd, n)
+
+    def _annotated(self, d: object, p: Producer, key: str, n: int, presettled: bool) -> object:
+        """A client's message in the read buffer with the router annotations an ingress adds, when its
+        shape is not a known one; None when it was rejected (unreadable annotations of its own)."""
+        data = self.view[:n].tobytes()
+        at = insertion_point(data)
+        if at >= 0:
+            return b"".join((memoryview(data)[:at], self.ingress_sections[key], memoryview(data)[at:]))
+        try:
+            return self.rewritten(True, key, data, None, None)      # annotations of its own
+        except MalformedError:
+            self._reject(d, p, presettled, UNREADABLE, counted=True)
+            return None
 
     def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
         """A complete transfer from a peer node: route it by its router annotations (the general path)."""

@@ -223,3 +223,45 @@ def test_incremental_address_updates_match_a_full_rescan():
         assert _view(incremental) == _view(full)
         assert grants(incremental) == grants(full)
         previous = holders
+
+
+def _ingress_case(seed):
+    """A core, a client producer and an address served elsewhere, in a state drawn from `seed`."""
+    rnd = random.Random(seed)
+    core = make_core()
+    key = rnd.choice(["svc", "near/x"])                 # balanced, closest
+    holders = rnd.choice([["B"], ["C"], ["D"], ["B", "C"], ["B", "D"], ["C", "D"], ["B", "C", "D"]])
+    outs = mesh(core, {key: holders}, costs={"B": rnd.choice([1, 2]), "C": 1, "D": 2})
+    for c in outs.values():
+        c.alive = rnd.random() < 0.8
+        c.busy = rnd.random() < 0.3
+    for i in range(rnd.choice([0, 0, 1, 2])):
+        local = core.add_consumer(f"loc{i}", "conn", key)
+        core.consumer_credit(local, rnd.choice([0, 1, 5]))
+        local.busy = rnd.random() < 0.3
+    a = core.addresses[key]
+    a.rr = rnd.randrange(5)
+    for d in a.remote:
+        d.unsettled = rnd.choice([0, 0, 3])
+    p = core.add_producer("p", "conn", key)
+    p.credit = 8
+    return core, a, p
+
+
+def _routing_state(core, a, p, routed):
+    kind, c, rd = routed
+    c = c if c is None or isinstance(c, list) else (c.handle, c.peer)
+    return (kind, c, rd and rd.node, a.rr, a.ingress, a.egress, a.transit, p.credit, dict(core.counters))
+
+
+def test_route_ingress_agrees_with_route_mesh():
+    fast = 0
+    for seed in range(400):
+        core, a, p = _ingress_case(seed)
+        twin, ta, tp = _ingress_case(seed)
+        for _ in range(3):                              # the cursor and counters carry over
+            got = core.route_ingress(p, a, False)
+            want = twin.route_mesh(tp, ta, False)
+            assert _routing_state(core, a, p, got) == _routing_state(twin, ta, tp, want), seed
+        fast += len(a.remote) == 1 and not a.consumers and a.remote[0].out.alive
+    assert fast > 40                                    # the inline case was taken often enough
