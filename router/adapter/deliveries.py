@@ -51,7 +51,7 @@ from router.amqp.annotations import (
 from router.amqp.codec import MalformedError, scan_message
 from router.amqp.peersections import BIG, IngressSections, PeerSections, insertion_point
 from router.amqp.sections import SectionShapes
-from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
+from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TO_ONE, TRACKED
 from router.forwarding.records import (
     ACCEPTED,
     RELEASED,
@@ -310,11 +310,43 @@ class Deliveries:
 
     def _ingress(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool) -> None:
         """A client's complete message (`buf[:n]`, the read buffer) on a named link for address `a`,
-        which other nodes serve. Its sections are checked by the kept shape (SectionShapes.insertion,
-        which also says where the annotations go) or else by `_checked`. Toward a peer an anycast message
-        gets the annotations section made once per address (IngressSections), inserted there, else
-        where `insertion_point` finds, else by the general rewrite (annotations of its own)."""
+        which other nodes serve. The usual case is sent here: a message of the kept shape (checked by
+        SectionShapes.insertion, which also says where the annotations go), an anycast address, a next
+        hop that takes it now; it gets the annotations section made once per address (IngressSections).
+        Anything else: `_ingress_other`, `_ingress_routed`."""
         at = self.ingress_insertion(self.view, n)
+        if at < 0 or a.multicast:
+            self._ingress_other(d, p, a, buf, n, presettled, at)
+            return
+        core = self.core
+        rd = core.route_ingress(p, a, presettled)
+        if rd.__class__ is not RemoteDest:      # a local consumer, HOLD, or nowhere
+            self._ingress_routed(d, p, a, buf, n, presettled, at, rd)
+            return
+        key = a.key
+        obs = self.obs
+        if obs is not None and p.credit == 0:
+            obs.event("credit_starved_start", p.handle, key, p.conn.peer)
+        view = self.view
+        section = self.ingress_sections[key]
+        out = section + view[:n] if at == 0 else b"".join((view[:at], section, view[at:n]))
+        c = rd.out
+        handle = c.handle               # send_whole, inlined
+        self._tagnum[0] += 1
+        od = pn_delivery(handle, self._tag)
+        n = len(out)
+        pn_link_send(handle, out, n)
+        pn_link_advance(handle)
+        self.dirty.add(c.conn)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if obs is None else obs.route_of(key, p, c, None, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, None, rd, n)
+
+    def _ingress_other(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool,
+                       at: int) -> None:
+        """`_ingress` for a message its kept shape did not check (`at` < 0: `_checked` does), or for a
+        multicast address (`_to_mesh`)."""
         if at < 0:
             checked = self._checked(d, p, buf, n, presettled)
             if checked is None:
@@ -323,9 +355,19 @@ class Deliveries:
         if a.multicast:
             self._to_mesh(d, p, a, a.key, self.view[:n].tobytes(), presettled)
             return
+        self._ingress_routed(d, p, a, buf, n, presettled, at, self.core.route_ingress(p, a, presettled))
+
+    def _ingress_routed(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool,
+                        at: int, routed: RemoteDest | tuple) -> None:
+        """The rest of `_ingress` once `route_ingress` answered `routed`, whatever it is. Toward a peer the
+        message gets the annotations section inserted at `at` (-1: where `insertion_point` finds, or by
+        the general rewrite when it has annotations of its own)."""
         core = self.core
         key = a.key
-        kind, c, rd = core.route_ingress(p, a, presettled)
+        if routed.__class__ is RemoteDest:
+            kind, c, rd = TO_ONE, routed.out, routed
+        else:
+            kind, c, rd = routed
         obs = self.obs
         if obs is not None and p.credit == 0:
             obs.event("credit_starved_start", p.handle, key, p.conn.peer)
@@ -346,16 +388,11 @@ class Deliveries:
             held = out if out is not None else self.view[:n].tobytes()
             core.hold(c, Held(held, d, p, presettled, None, key, None, rd))
             return
-        handle = c.handle               # send_whole, inlined
-        self._tagnum[0] += 1
-        od = pn_delivery(handle, self._tag)
         if out is None:
-            pn_link_send(handle, buf, n)
+            od = self.send_whole(c, buf, n)
         else:
             n = len(out)
-            pn_link_send(handle, out, n)
-        pn_link_advance(handle)
-        self.dirty.add(c.conn)
+            od = self.send_whole(c, out, n)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, None, rd))
         if mode:

@@ -308,10 +308,11 @@ class RouterCore(Settlement):
                 a.egress += 1
         return (HOLD if c.busy else TO_ONE), c, rd
 
-    def route_ingress(self, p: Producer, a: Address, presettled: bool) -> Routing:
+    def route_ingress(self, p: Producer, a: Address, presettled: bool) -> RemoteDest | Routing:
         """`route_mesh` for a complete delivery from client producer `p` to anycast address `a`, which
-        other nodes serve. The usual case on an ingress hop (no local consumer, one remote destination)
-        is decided here, with the same choice, counters and cursor as `route_mesh`; the others by it."""
+        other nodes serve: the usual case on an ingress hop (no local consumer, one remote destination
+        whose next hop can take it now) is decided here and returned as that `RemoteDest` (send on its
+        `out`), with the same choice, counters and cursor as `route_mesh`; the others by it."""
         remote = a.remote
         if len(remote) == 1 and not a.consumers:
             rd = remote[0]
@@ -321,7 +322,7 @@ class RouterCore(Settlement):
                 if a.distribution == "balanced":
                     a.rr = 1                    # what the balanced pick leaves after a choice of one
                 a.ingress += 1
-                return (HOLD if out.busy else TO_ONE), out, rd
+                return (HOLD, out, rd) if out.busy else rd
         return self.route_mesh(p, a, presettled)
 
     def route_from_peer(self, p: Producer, key: str, came_from: str, hops: int

@@ -7,6 +7,7 @@ from router.addressing import AddressRules
 from router.amqp.annotations import RouterAnnotations
 from router.forwarding.core import RouterCore
 from router.forwarding.decisions import TO_ONE, UNROUTABLE
+from router.forwarding.records import RemoteDest
 
 
 def make_core(capacity=8):
@@ -249,7 +250,7 @@ def _ingress_case(seed):
 
 
 def _routing_state(core, a, p, routed):
-    kind, c, rd = routed
+    kind, c, rd = (TO_ONE, routed.out, routed) if isinstance(routed, RemoteDest) else routed
     c = c if c is None or isinstance(c, list) else (c.handle, c.peer)
     return (kind, c, rd and rd.node, a.rr, a.ingress, a.egress, a.transit, p.credit, dict(core.counters))
 
