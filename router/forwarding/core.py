@@ -334,6 +334,32 @@ class RouterCore(Settlement):
         cases, the usual ones on a transit or egress hop, are decided here; the others by `pick_mesh`, as
         in `route_mesh`."""
         a = self.addresses.get(key)
+        if a is not None and hops <= self.radius + 1 and not a.multicast:     # the usual cases, first
+            consumers = a.consumers
+            if consumers:
+                if len(consumers) == 1:
+                    c = consumers[0]
+                    if c.credit > 0 and not c.busy:
+                        p.credit -= 1
+                        self._grant.add(p)
+                        a.egress += 1
+                        return c, None
+            else:
+                remote = a.remote
+                if len(remote) == 1:
+                    rd = remote[0]
+                    out = rd.out
+                    if out.alive and out.peer != came_from:
+                        p.credit -= 1
+                        self._grant.add(p)
+                        a.transit += 1
+                        return out, rd
+        return self._route_from_peer(p, key, came_from, hops)
+
+    def _route_from_peer(self, p: Producer, key: str, came_from: str, hops: int
+                         ) -> tuple[Consumer | None, RemoteDest | None] | None:
+        """`route_from_peer`, every case."""
+        a = self.addresses.get(key)
         if a is None:
             a = self.resolve(key)               # a node-scoped `_topo/0/<node>/...` route, or nothing
         elif not (a.consumers or a.remote):
