@@ -19,7 +19,9 @@ all but the last one's size). The shape of a message walked twice in a row becom
 expression over the section heads (descriptor, constructor, size bytes) and the bytes between them; a
 message it matches, whose last section's size ends it exactly, has the sections the walk checked for
 that shape, in the same order, and no message annotations (shapes with them are never kept): one C-level
-match instead of the Python walk. Any other message is walked.
+match instead of the Python walk. Any other message is walked. `SectionShapes.insertion` is the same
+match for a message an ingress node annotates (issue 21): the shape also tells where the
+message-annotations section goes, so the node does not look for it.
 """
 
 from __future__ import annotations
