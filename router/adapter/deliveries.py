@@ -51,7 +51,7 @@ from router.amqp.annotations import (
 from router.amqp.codec import MalformedError, scan_message
 from router.amqp.peersections import BIG, IngressSections, PeerSections, insertion_point
 from router.amqp.sections import SectionShapes
-from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TRACKED
+from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TO_ONE, TRACKED
 from router.forwarding.records import (
     ACCEPTED,
     RELEASED,
@@ -77,7 +77,9 @@ class Deliveries:
         self.node_id = engine.node_id
         self.peer_sections = PeerSections(self.node_id)    # messages from peers, by annotations section
         self.ingress_sections = IngressSections(self.node_id)   # what we add to clients' messages, by key
-        self.check_sections = SectionShapes().check        # client_sections, fast for a known shape
+        shapes = SectionShapes()
+        self.check_sections = shapes.check                 # client_sections, fast for a known shape
+        self.ingress_insertion = shapes.insertion          # the check, for a message an ingress annotates
         self.links = engine.links
         self.dirty = engine.dirty
         self.engine = engine
@@ -159,6 +161,10 @@ class Deliveries:
         if rec.router:                  # from a peer node: routed by its router annotations
             self._from_peer(d, rec, self.view[:n].tobytes(), presettled)
             return
+        a = rec.address
+        if a is not None and a.remote:  # served by other nodes: checked and annotated on the way
+            self._ingress(d, rec, a, buf, n, presettled)
+            return
         try:                            # a client's message: sections in AMQP order, no router keys
             if self.check_sections(self.view, n):
                 buf, n = self._strip(buf, n)
@@ -166,7 +172,6 @@ class Deliveries:
             why = f"{BAD_SECTIONS}{exc}".encode()
             self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", why))
             return
-        a = rec.address
         if a is None:
             key = self._anonymous_key(d, buf, n, presettled, rec)
             if key is None:
@@ -175,12 +180,6 @@ class Deliveries:
             if a is not None and a.remote:
                 self._to_mesh(d, rec, a, key, self.view[:n].tobytes(), presettled)
                 return
-        elif a.remote:
-            if a.multicast:
-                self._to_mesh(d, rec, a, a.key, self.view[:n].tobytes(), presettled)
-            else:
-                self._ingress(d, rec, a, self.view[:n].tobytes(), presettled)
-            return
         core = self.core
         c = core.route(rec, a, presettled)
         obs = self.obs
@@ -205,6 +204,19 @@ class Deliveries:
                          -1 if obs is None else obs.route_of(a.key, rec, c, None, None))
         if mode:
             self._settled_on_the_way(mode, d, od, rec, a.key, c, None, None, n)
+
+    def _checked(self, d: object, p: Producer, buf: object, n: int, presettled: bool
+                 ) -> tuple[object, int] | None:
+        """The section check of a client's message in the read buffer (`check_sections`): the message to
+        go on (without router keys), or None when it was rejected (sections out of AMQP order)."""
+        try:
+            if self.check_sections(self.view, n):
+                return self._strip(buf, n)
+        except MalformedError as exc:
+            why = f"{BAD_SECTIONS}{exc}".encode()
+            self._reject(d, p, presettled, Rejection(b"amqp:decode-error", why))
+            return None
+        return buf, n
 
     def _strip(self, buf: object, n: int) -> tuple[object, int]:
         """Rewrite the client's message in the read buffer without its `x-opt-qd.*` annotations."""
@@ -296,35 +308,29 @@ class Deliveries:
         if mode:
             self._settled_on_the_way(mode, d, od, p, key, c, s.ann, rd, n)
 
-    def _ingress(self, d: object, p: Producer, a: Address, data: bytes, presettled: bool) -> None:
-        """A client's complete message on a named link for anycast address `a`, which other nodes serve:
-        `_to_mesh` for the usual case (the annotations section made once per address, inserted)."""
+    def _ingress(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool) -> None:
+        """A client's complete message (`buf[:n]`, the read buffer) on a named link for address `a`,
+        which other nodes serve. The usual case is sent here: a message of the kept shape (checked by
+        SectionShapes.insertion, which also says where the annotations go), an anycast address, a next
+        hop that takes it now; it gets the annotations section made once per address (IngressSections).
+        Anything else: `_ingress_other`, `_ingress_routed`."""
+        at = self.ingress_insertion(self.view, n)
+        if at < 0 or a.multicast:
+            self._ingress_other(d, p, a, buf, n, presettled, at)
+            return
         core = self.core
+        rd = core.route_ingress(p, a, presettled)
+        if rd.__class__ is not RemoteDest:      # a local consumer, HOLD, or nowhere
+            self._ingress_routed(d, p, a, buf, n, presettled, at, rd)
+            return
         key = a.key
-        kind, c, rd = core.route_mesh(p, a, presettled)
         obs = self.obs
         if obs is not None and p.credit == 0:
             obs.event("credit_starved_start", p.handle, key, p.conn.peer)
-        if not kind:
-            self._unroutable(d, p, presettled, key, len(data))
-            return
-        out = data
-        if c.peer is not None:
-            at = insertion_point(data)
-            if at < 0:                          # annotations of its own: the general rewrite
-                try:
-                    out = self.rewritten(True, key, data, None, None)
-                except MalformedError:
-                    self._reject(d, p, presettled, UNREADABLE, counted=True)
-                    return
-            elif len(data) <= BIG:
-                out = data[:at] + self.ingress_sections.section(key) + data[at:]
-            else:
-                view = memoryview(data)
-                out = b"".join((view[:at], self.ingress_sections.section(key), view[at:]))
-        if kind == HOLD:
-            core.hold(c, Held(out, d, p, presettled, None, key, None, rd))
-            return
+        view = self.view
+        section = self.ingress_sections[key]
+        out = section + view[:n] if at == 0 else b"".join((view[:at], section, view[at:n]))
+        c = rd.out
         handle = c.handle               # send_whole, inlined
         self._tagnum[0] += 1
         od = pn_delivery(handle, self._tag)
@@ -336,6 +342,74 @@ class Deliveries:
                          -1 if obs is None else obs.route_of(key, p, c, None, rd))
         if mode:
             self._settled_on_the_way(mode, d, od, p, key, c, None, rd, n)
+
+    def _ingress_other(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool,
+                       at: int) -> None:
+        """`_ingress` for a message its kept shape did not check (`at` < 0: `_checked` does), or for a
+        multicast address (`_to_mesh`)."""
+        if at < 0:
+            checked = self._checked(d, p, buf, n, presettled)
+            if checked is None:
+                return
+            buf, n = checked
+        if a.multicast:
+            self._to_mesh(d, p, a, a.key, self.view[:n].tobytes(), presettled)
+            return
+        self._ingress_routed(d, p, a, buf, n, presettled, at, self.core.route_ingress(p, a, presettled))
+
+    def _ingress_routed(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool,
+                        at: int, routed: RemoteDest | tuple) -> None:
+        """The rest of `_ingress` once `route_ingress` answered `routed`, whatever it is. Toward a peer the
+        message gets the annotations section inserted at `at` (-1: where `insertion_point` finds, or by
+        the general rewrite when it has annotations of its own)."""
+        core = self.core
+        key = a.key
+        if routed.__class__ is RemoteDest:
+            kind, c, rd = TO_ONE, routed.out, routed
+        else:
+            kind, c, rd = routed
+        obs = self.obs
+        if obs is not None and p.credit == 0:
+            obs.event("credit_starved_start", p.handle, key, p.conn.peer)
+        if not kind:
+            self._unroutable(d, p, presettled, key, n)
+            return
+        out = None
+        if c.peer is not None:
+            if at >= 0:
+                view = self.view
+                section = self.ingress_sections[key]
+                out = section + view[:n] if at == 0 else b"".join((view[:at], section, view[at:n]))
+            else:
+                out = self._annotated(d, p, key, n, presettled)
+                if out is None:
+                    return
+        if kind == HOLD:
+            held = out if out is not None else self.view[:n].tobytes()
+            core.hold(c, Held(held, d, p, presettled, None, key, None, rd))
+            return
+        if out is None:
+            od = self.send_whole(c, buf, n)
+        else:
+            n = len(out)
+            od = self.send_whole(c, out, n)
+        mode = core.sent(p, c, d, od, presettled, rd, n,
+                         -1 if obs is None else obs.route_of(key, p, c, None, rd))
+        if mode:
+            self._settled_on_the_way(mode, d, od, p, key, c, None, rd, n)
+
+    def _annotated(self, d: object, p: Producer, key: str, n: int, presettled: bool) -> object:
+        """A client's message in the read buffer with the router annotations an ingress adds, when its
+        shape is not a known one; None when it was rejected (unreadable annotations of its own)."""
+        data = self.view[:n].tobytes()
+        at = insertion_point(data)
+        if at >= 0:
+            return b"".join((memoryview(data)[:at], self.ingress_sections[key], memoryview(data)[at:]))
+        try:
+            return self.rewritten(True, key, data, None, None)      # annotations of its own
+        except MalformedError:
+            self._reject(d, p, presettled, UNREADABLE, counted=True)
+            return None
 
     def _from_router(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
         """A complete transfer from a peer node: route it by its router annotations (the general path)."""

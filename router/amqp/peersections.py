@@ -151,20 +151,23 @@ def insertion_point(data: bytes) -> int:
     return p
 
 
-class IngressSections:
+class IngressSections(dict):
     """The message-annotations section an ingress node adds to a client's message, by routing key:
-    ``x-opt-qd.ingress`` and ``.trace`` name this node, ``.to`` the key (what annotate_ingress writes)."""
+    ``x-opt-qd.ingress`` and ``.trace`` name this node, ``.to`` the key (what annotate_ingress writes).
+    ``sections[key]`` is one dict lookup once the key's section is made."""
 
     def __init__(self, node_id: str) -> None:
+        super().__init__()
         self.hop = "0/" + node_id
-        self._table: dict[str, bytes] = {}
+
+    def __missing__(self, key: str) -> bytes:
+        enc, n = _encode_router(RouterAnnotations(self.hop, [self.hop], key))
+        s = b"".join((_MA_DESCRIPTOR, _map_header(len(enc), n), enc))
+        if len(self) >= MAX_SECTIONS:
+            self.clear()
+        self[key] = s
+        return s
 
     def section(self, key: str) -> bytes:
-        s = self._table.get(key)
-        if s is None:
-            enc, n = _encode_router(RouterAnnotations(self.hop, [self.hop], key))
-            s = b"".join((_MA_DESCRIPTOR, _map_header(len(enc), n), enc))
-            if len(self._table) >= MAX_SECTIONS:
-                self._table.clear()
-            self._table[key] = s
-        return s
+        """The section for routing key `key` (``self[key]``)."""
+        return self[key]

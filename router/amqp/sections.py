@@ -19,7 +19,9 @@ all but the last one's size). The shape of a message walked twice in a row becom
 expression over the section heads (descriptor, constructor, size bytes) and the bytes between them; a
 message it matches, whose last section's size ends it exactly, has the sections the walk checked for
 that shape, in the same order, and no message annotations (shapes with them are never kept): one C-level
-match instead of the Python walk. Any other message is walked.
+match instead of the Python walk. Any other message is walked. `SectionShapes.insertion` is the same
+match for a message an ingress node annotates (issue 21): the shape also tells where the
+message-annotations section goes, so the node does not look for it.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class SectionShapes:
         self._fast: tuple[re.Pattern[bytes], int, int] | None = None   # (pattern, last section, kind)
         self._shapes: dict[tuple[int, ...], tuple[re.Pattern[bytes], int, int]] = {}
         self._previous: tuple[int, ...] | None = None    # the shape of the last message walked
+        self._insert = -1        # where an ingress adds annotations in the `_fast` shape (-1: unknown)
 
     def check(self, buf: bytes | memoryview, n: int) -> bool:
         """`client_sections(buf, n)`: raises MalformedError, or says whether router keys must go."""
@@ -138,7 +141,27 @@ class SectionShapes:
             if len(self._shapes) >= MAX_SHAPES:
                 self._shapes.clear()
             known = self._shapes[shape] = _compile(shape)
-        self._fast = known
+        if known is not self._fast:
+            self._fast = known
+            self._insert = _insertion(shape)
+
+    def insertion(self, buf: bytes | memoryview, n: int) -> int:
+        """`check` for a message an ingress node annotates, when it has the kept shape: where its message
+        annotations go (after its header and delivery annotations). -1: not checked here (call `check`).
+        The shape fixes the sections before that point and the head of the one there (not message
+        annotations, and none can follow)."""
+        at = self._insert
+        if at < 0:
+            return -1
+        pattern, last, kind = self._fast
+        if pattern.fullmatch(buf, 0, n) is None:
+            return -1
+        if kind == 1:
+            if last + 5 + buf[last + 4] != n:
+                return -1
+        elif kind and last + 8 + _U32_FROM(buf, last + 4)[0] != n:
+            return -1
+        return at
 
 
 def _shape(buf: bytes | memoryview, n: int) -> tuple[int, ...] | None:
@@ -168,6 +191,20 @@ def _shape(buf: bytes | memoryview, n: int) -> tuple[int, ...] | None:
         out += (code, c, size if end < n else -1)
         pos = end
     return tuple(out) if pos == n and out else None
+
+
+def _insertion(shape: tuple[int, ...]) -> int:
+    """Where the first section after the header and delivery annotations starts in a message of `shape`,
+    or -1 when the shape has none (the pattern then does not fix what follows)."""
+    pos = 0
+    for i in range(0, len(shape), 3):
+        code, c, size = shape[i:i + 3]
+        if code > 0x71:
+            return pos
+        if size < 0:
+            return -1
+        pos += 5 + size if c in _VAR8_CODES else 8 + size if c in _V32_CODES else 4
+    return -1
 
 
 def _compile(shape: tuple[int, ...]) -> tuple[re.Pattern[bytes], int, int]:

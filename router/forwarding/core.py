@@ -308,6 +308,23 @@ class RouterCore(Settlement):
                 a.egress += 1
         return (HOLD if c.busy else TO_ONE), c, rd
 
+    def route_ingress(self, p: Producer, a: Address, presettled: bool) -> RemoteDest | Routing:
+        """`route_mesh` for a complete delivery from client producer `p` to anycast address `a`, which
+        other nodes serve: the usual case on an ingress hop (no local consumer, one remote destination
+        whose next hop can take it now) is decided here and returned as that `RemoteDest` (send on its
+        `out`), with the same choice, counters and cursor as `route_mesh`; the others by it."""
+        remote = a.remote
+        if len(remote) == 1 and not a.consumers:
+            rd = remote[0]
+            out = rd.out
+            if out.alive:
+                p.credit -= 1
+                if a.distribution == "balanced":
+                    a.rr = 1                    # what the balanced pick leaves after a choice of one
+                a.ingress += 1
+                return (HOLD, out, rd) if out.busy else rd
+        return self.route_mesh(p, a, presettled)
+
     def route_from_peer(self, p: Producer, key: str, came_from: str, hops: int
                         ) -> tuple[Consumer | None, RemoteDest | None] | None:
         """`resolve` and `route_mesh` for the common delivery from peer node `came_from`: complete, for
@@ -316,6 +333,32 @@ class RouterCore(Settlement):
         for a multicast address, left to `route_mesh` (nothing was counted). The single-destination
         cases, the usual ones on a transit or egress hop, are decided here; the others by `pick_mesh`, as
         in `route_mesh`."""
+        a = self.addresses.get(key)
+        if a is not None and hops <= self.radius + 1 and not a.multicast:     # the usual cases, first
+            consumers = a.consumers
+            if consumers:
+                if len(consumers) == 1:
+                    c = consumers[0]
+                    if c.credit > 0 and not c.busy:
+                        p.credit -= 1
+                        self._grant.add(p)
+                        a.egress += 1
+                        return c, None
+            else:
+                remote = a.remote
+                if len(remote) == 1:
+                    rd = remote[0]
+                    out = rd.out
+                    if out.alive and out.peer != came_from:
+                        p.credit -= 1
+                        self._grant.add(p)
+                        a.transit += 1
+                        return out, rd
+        return self._route_from_peer(p, key, came_from, hops)
+
+    def _route_from_peer(self, p: Producer, key: str, came_from: str, hops: int
+                         ) -> tuple[Consumer | None, RemoteDest | None] | None:
+        """`route_from_peer`, every case."""
         a = self.addresses.get(key)
         if a is None:
             a = self.resolve(key)               # a node-scoped `_topo/0/<node>/...` route, or nothing

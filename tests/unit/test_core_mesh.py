@@ -7,6 +7,7 @@ from router.addressing import AddressRules
 from router.amqp.annotations import RouterAnnotations
 from router.forwarding.core import RouterCore
 from router.forwarding.decisions import TO_ONE, UNROUTABLE
+from router.forwarding.records import RemoteDest
 
 
 def make_core(capacity=8):
@@ -223,3 +224,93 @@ def test_incremental_address_updates_match_a_full_rescan():
         assert _view(incremental) == _view(full)
         assert grants(incremental) == grants(full)
         previous = holders
+
+
+def _ingress_case(seed):
+    """A core, a client producer and an address served elsewhere, in a state drawn from `seed`."""
+    rnd = random.Random(seed)
+    core = make_core()
+    key = rnd.choice(["svc", "near/x"])                 # balanced, closest
+    holders = rnd.choice([["B"], ["C"], ["D"], ["B", "C"], ["B", "D"], ["C", "D"], ["B", "C", "D"]])
+    outs = mesh(core, {key: holders}, costs={"B": rnd.choice([1, 2]), "C": 1, "D": 2})
+    for c in outs.values():
+        c.alive = rnd.random() < 0.8
+        c.busy = rnd.random() < 0.3
+    for i in range(rnd.choice([0, 0, 1, 2])):
+        local = core.add_consumer(f"loc{i}", "conn", key)
+        core.consumer_credit(local, rnd.choice([0, 1, 5]))
+        local.busy = rnd.random() < 0.3
+    a = core.addresses[key]
+    a.rr = rnd.randrange(5)
+    for d in a.remote:
+        d.unsettled = rnd.choice([0, 0, 3])
+    p = core.add_producer("p", "conn", key)
+    p.credit = 8
+    return core, a, p
+
+
+def _routing_state(core, a, p, routed):
+    kind, c, rd = (TO_ONE, routed.out, routed) if isinstance(routed, RemoteDest) else routed
+    c = c if c is None or isinstance(c, list) else (c.handle, c.peer)
+    return (kind, c, rd and rd.node, a.rr, a.ingress, a.egress, a.transit, p.credit, dict(core.counters))
+
+
+def test_route_ingress_agrees_with_route_mesh():
+    fast = 0
+    for seed in range(400):
+        core, a, p = _ingress_case(seed)
+        twin, ta, tp = _ingress_case(seed)
+        for _ in range(3):                              # the cursor and counters carry over
+            got = core.route_ingress(p, a, False)
+            want = twin.route_mesh(tp, ta, False)
+            assert _routing_state(core, a, p, got) == _routing_state(twin, ta, tp, want), seed
+        fast += len(a.remote) == 1 and not a.consumers and a.remote[0].out.alive
+    assert fast > 40                                    # the inline case was taken often enough
+
+
+def _peer_case(seed):
+    """A core with a peer's data-in link and addresses in a state drawn from `seed`; a delivery's key,
+    the peer it came from and the nodes it crossed."""
+    rnd = random.Random(seed)
+    core = make_core()
+    choices = [[], ["B"], ["C"], ["D"], ["B", "C"], ["C", "D"]]
+    holders = {k: rnd.choice(choices) for k in ("svc", "near/x", "mc/x")}
+    outs = mesh(core, holders, costs={"B": rnd.choice([1, 2]), "C": 1, "D": 2})
+    for c in outs.values():
+        c.alive = rnd.random() < 0.8
+        c.busy = rnd.random() < 0.2
+    for key in ("svc", "near/x", "mc/x"):
+        for i in range(rnd.choice([0, 0, 1, 2])):
+            local = core.add_consumer(f"{key}-loc{i}", "conn", key)
+            core.consumer_credit(local, rnd.choice([0, 1, 5]))
+            local.busy = rnd.random() < 0.2
+    p = core.add_router_producer("in", "connB", rnd.choice("BC"))
+    p.credit = 8
+    key = rnd.choice(["svc", "near/x", "mc/x", "unknown", "_topo/0/D/temp", "_topo/0/A/temp"])
+    return core, p, key, p.name[len("_router/"):], rnd.choice([1, 2, 3, 4])
+
+
+def _after(core, p, routed):
+    counts = {k: (a.ingress, a.egress, a.transit, a.rr) for k, a in core.addresses.items()}
+    return routed, p.credit, p in core._grant, counts, dict(core.counters)
+
+
+def test_route_from_peer_agrees_with_route_mesh():
+    taken = set()
+    for seed in range(600):
+        core, p, key, came_from, hops = _peer_case(seed)
+        twin, tp, _, _, _ = _peer_case(seed)
+        core._grant.clear()
+        twin._grant.clear()
+        got = core.route_from_peer(p, key, came_from, hops)
+        a = twin.resolve(key)
+        if a is not None and a.multicast:
+            assert got is None and _after(core, p, None) == _after(twin, tp, None), seed
+            continue
+        kind, c, rd = twin.route_mesh(tp, a, False, came_from, RouterAnnotations(trace=["0/X"] * hops))
+        want = (c, rd) if kind else (None, None)
+        names = lambda r: (r[0] and (r[0].handle, r[0].peer), r[1] and r[1].node)  # noqa: E731
+        assert names(got) == names(want), seed
+        assert _after(core, p, None)[1:] == _after(twin, tp, None)[1:], seed
+        taken.add((got[0] is not None and got[0].peer is None, got[1] is not None))
+    assert taken == {(True, False), (False, True), (False, False)}   # egress, transit, nowhere

@@ -6,6 +6,7 @@ import pytest
 from proton import Data, Described, Message, symbol, ulong
 
 from router.amqp.codec import MalformedError
+from router.amqp.peersections import insertion_point
 from router.amqp.sections import SectionShapes, client_sections
 
 
@@ -115,3 +116,26 @@ def test_memoryview_of_a_longer_buffer():
     buf[2] = 0x77                                                # header turned into a body: out of order
     with pytest.raises(MalformedError):
         shapes.check(memoryview(buf), len(data))
+
+
+# ---- SectionShapes.insertion: where an ingress adds annotations, as insertion_point says -----------------
+
+@pytest.mark.parametrize(("data", "known"), [(d, True) for d in SHAPED + [DA + P + V, H + DA + D, D]]
+                         + [(H + DA, False), (H, False)])      # nothing after: the pattern does not fix it
+def test_insertion_agrees_with_the_walk_and_insertion_point(data, known):
+    shapes = SectionShapes()
+    for _ in range(2):
+        shapes.check(data, len(data))
+    assert shapes.insertion(memoryview(data + b"\xff"), len(data)) == (insertion_point(data) if known else -1)
+    seen = 0
+    for other in GOOD + BAD + SHAPED + [data, H + DA + P + V, DA + S, data + F, data + D, H + data[len(H):],
+                                        data + MA, MA + data, data[:-1], data + b"\x00"]:
+        padded = memoryview(other + b"\x00\xff" * 8)   # the node's read buffer is longer
+        for n in (len(other), len(other) - 1, len(other) + 1):
+            at = shapes.insertion(padded, n)
+            if at < 0:
+                continue                                # not checked here: `check` and insertion_point
+            seen += 1
+            assert client_sections(padded, n) is False, (other, n)
+            assert at == insertion_point(bytes(padded[:n])), (other, n)
+    assert seen >= known
