@@ -25,7 +25,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries", "presettledDeliveries",
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
-        "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd", "readsDeferred"),
+        "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd", "readsDeferred",
+        "controlQueued"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -149,6 +150,7 @@ class NodeEntities:
             "handshakeTimeouts": server.handshake_timeouts,
             "connectionsRefusedNoFd": server.fd_refused,
             "readsDeferred": server.reads_deferred,
+            "controlQueued": server.mesh.queued,
         }
 
     # ---- connections -------------------------------------------------------------------------------------

@@ -126,7 +126,9 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
             ("meshrouter_handshake_timeouts", "handshakeTimeouts",
              "Connections closed for not completing header, TLS, SASL and Open within handshake_timeout"),
             ("meshrouter_reads_deferred", "readsDeferred",
-             "Reads of busy client connections put off so that other connections were served first")):
+             "Reads of busy client connections put off so that other connections were served first"),
+            ("meshrouter_control_queued", "controlQueued",
+             "Large control messages (address floods) queued and applied in paced turns")):
         m = counter(name, doc)
         m.add_metric([nid], node[attr])
         yield m

@@ -80,6 +80,7 @@ class MeshControl:
         self.pending = False
         self._inbox: deque[tuple[object, bytes | dict[str, Any]]] = deque()
         self._waiting: Counter[object] = Counter()      # link -> its messages in the inbox
+        self.queued = 0             # control messages that waited in the inbox (management: controlQueued)
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
@@ -116,6 +117,7 @@ class MeshControl:
             self.handle_backlog(budget=0)   # one, in order: the memory it takes stays bounded
         self._inbox.append((conn, data))
         self._waiting[conn] += 1
+        self.queued += 1
 
     @property
     def backlog(self) -> bool:

@@ -47,6 +47,10 @@ def test_a_storm_of_addresses_loses_no_neighbour(node_factory, addresses):
     time.sleep(4.0)                         # a HELLO timeout after the storm: any loss would be logged
     lost = {n.node_id: LOST.findall(n.stderr_tail(10_000)) for n in nodes.values()}
     assert not any(lost.values()), lost
+    for node_id in "BCD":                   # A's MAUs (500 addresses each) were applied in paced turns
+        with reading(nodes[node_id]) as m:
+            queued = m.query_dicts("node", ["controlQueued"])[0]["controlQueued"]
+        assert queued >= addresses // 500, f"node {node_id}: {queued} control messages queued"
     print(f"\nstorm of {addresses} addresses: attached in {attached - start:.2f} s, routed everywhere "
           f"{routed - attached:.2f} s later (read through management)")
 
