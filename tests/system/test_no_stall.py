@@ -21,6 +21,8 @@ Skipped, saying why, when the generator is not built and cannot be (tests/suppor
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from tests.support.loadgen import Run, amqpbench
@@ -63,24 +65,36 @@ def _stream(exe, ingress, egress, order: str, before_send=lambda: None, presettl
     return got
 
 
-def _assert_no_stall(got: dict, where: str) -> None:
-    gap = got["max_gap_s"]
-    at = got["t_max_gap_at"] - got["t_first"]
-    assert gap <= MAX_GAP_S, (f"{where}: largest gap between two arrivals {gap * 1e3:.1f} ms ({at * 1e3:.1f} "
-                              f"ms after the first message); at most {MAX_GAP_S * 1e3:.0f} ms")
+def _gap(got: dict) -> str:
+    return (f"largest gap between two arrivals {got['max_gap_s'] * 1e3:.1f} ms "
+            f"({(got['t_max_gap_at'] - got['t_first']) * 1e3:.1f} ms after the first message)")
+
+
+def _assert_no_stall(stream: Callable[[], dict], where: str) -> None:
+    """The stream's largest gap is at most MAX_GAP_S, in the first run or, if that one stalled, in a second
+    one. The stall this guards against came back in every run; the generator can also stall on its own
+    when a FLOW reaches it before its next message is due (then it sleeps until its 100 ms timer), which
+    a loaded machine makes happen now and then, through qdrouterd too (BENCHMARKS.md, "Stream start")."""
+    first = stream()
+    if first["max_gap_s"] <= MAX_GAP_S:
+        return
+    second = stream()
+    assert second["max_gap_s"] <= MAX_GAP_S, (f"{where}: {_gap(first)}, then {_gap(second)}; "
+                                              f"at most {MAX_GAP_S * 1e3:.0f} ms")
 
 
 @pytest.mark.parametrize("order", ["receiver-first", "sender-first"])
 def test_rate_limited_stream_through_one_node_has_no_stall(node_factory, order):
     exe = amqpbench()
     node = node_factory("A")
-    _assert_no_stall(_stream(exe, node, node, order), f"one node, {order}")
+    _assert_no_stall(lambda: _stream(exe, node, node, order), f"one node, {order}")
 
 
 def test_rate_limited_presettled_stream_through_one_node_has_no_stall(node_factory):
     exe = amqpbench()
     node = node_factory("A")
-    _assert_no_stall(_stream(exe, node, node, "receiver-first", presettled=True), "one node, pre-settled")
+    _assert_no_stall(lambda: _stream(exe, node, node, "receiver-first", presettled=True),
+                     "one node, pre-settled")
 
 
 @pytest.mark.parametrize("order", ["receiver-first", "sender-first"])
@@ -88,5 +102,9 @@ def test_rate_limited_stream_across_a_chain_has_no_stall(node_factory, order):
     exe = amqpbench()
     n = build(node_factory, ["A", "B", "C"], [("B", "A", 1), ("C", "B", 1)])
     nodes = list(n.values())
-    got = _stream(exe, n["C"], n["A"], order, before_send=lambda: wait_address(nodes, ADDR, ["A"]))
-    _assert_no_stall(got, f"chain C -> B -> A, {order}")
+
+    def routed() -> None:
+        wait_address(nodes, ADDR, ["A"])
+
+    _assert_no_stall(lambda: _stream(exe, n["C"], n["A"], order, before_send=routed),
+                     f"chain C -> B -> A, {order}")
