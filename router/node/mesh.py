@@ -33,7 +33,10 @@ _MAP_SECTIONS = ("application-properties", "message-annotations")
 # link-state messages (LSU, LSR) and MARs never wait.
 BULK_BYTES = 2048
 CONTROL_BUDGET = 0.002
-INBOX_LIMIT = 1000      # queued messages at most (a peer flooding faster than its turns: the oldest now)
+# at most this many queued messages and bytes (a peer flooding faster than the turns: the oldest is handled
+# at once, in order, before a new one is queued)
+INBOX_LIMIT = 1000
+INBOX_BYTES = 64 * 1024 * 1024
 _IN_ORDER = (RA, MAU)
 
 
@@ -80,6 +83,7 @@ class MeshControl:
         self.pending = False
         self._inbox: deque[tuple[object, bytes | dict[str, Any]]] = deque()
         self._waiting: Counter[object] = Counter()      # link -> its messages in the inbox
+        self._inbox_bytes = 0       # of the undecoded messages in the inbox
         self.queued = 0             # control messages that waited in the inbox (management: controlQueued)
 
     # ---- events from the node ---------------------------------------------------------------------------
@@ -92,6 +96,7 @@ class MeshControl:
         self.pending = True
         if self._waiting.pop(conn, 0):      # what it sent and we did not handle yet goes with it
             self._inbox = deque(item for item in self._inbox if item[0] is not conn)
+            self._inbox_bytes = sum(len(data) for _, data in self._inbox if isinstance(data, bytes))
         self._send(self.ls.link_down(conn, self._clock()))
 
     def on_control(self, conn: object, data: bytes) -> None:
@@ -113,9 +118,11 @@ class MeshControl:
                 self._handle(conn, message)
 
     def _queue(self, conn: object, data: bytes | dict[str, Any]) -> None:
-        if len(self._inbox) >= INBOX_LIMIT:
+        while self._inbox and (len(self._inbox) >= INBOX_LIMIT or self._inbox_bytes >= INBOX_BYTES):
             self.handle_backlog(budget=0)   # one, in order: the memory it takes stays bounded
         self._inbox.append((conn, data))
+        if isinstance(data, bytes):
+            self._inbox_bytes += len(data)
         self._waiting[conn] += 1
         self.queued += 1
 
@@ -130,6 +137,8 @@ class MeshControl:
         deadline = time.perf_counter() + budget
         while inbox:
             conn, data = inbox.popleft()
+            if isinstance(data, bytes):
+                self._inbox_bytes -= len(data)
             waiting[conn] -= 1
             if not waiting[conn]:
                 del waiting[conn]

@@ -157,3 +157,18 @@ def test_a_forged_opcode_of_any_type_is_dropped_while_messages_wait():
     while b.backlog:
         b.handle_backlog()
     assert len(b.ls.known_addresses) == MAU_CHUNK + 1
+
+
+def test_the_inbox_is_bounded_in_bytes_too(monkeypatch):
+    """Large messages: past INBOX_BYTES queued, the oldest are handled before a new one is queued."""
+    import router.node.mesh as mesh
+    b, a, conn, _, _ = _pair()
+    messages = [m for m in _burst(a, 4 * MAU_CHUNK, 1.0) if len(m) > BULK_BYTES]
+    monkeypatch.setattr(mesh, "INBOX_BYTES", 2 * len(messages[0]))
+    for data in messages:
+        b.on_control(conn, data)
+    assert len(b._inbox) == 2 and b.ls.counters["mau_applied"] == 2
+    while b.backlog:
+        b.handle_backlog()
+    assert len(b.ls.known_addresses) == 4 * MAU_CHUNK and b.ls.counters["mau_gap"] == 0
+    assert b._inbox_bytes == 0
