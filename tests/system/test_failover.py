@@ -89,8 +89,10 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
             st.attempts += 1
             st.pending[tr.tag] = (mid, tr)
         # a fast mesh and an eager consumer can settle everything sent between two of this loop's turns:
-        # then kill as the next batch is sent (it is still on its way)
+        # then kill as the next batch is on its way: written out first (killed before that, the batch
+        # could reach A after A saw B go, and go through C without touching B), without waiting for it
         if st.killed_at is None and due and st.pending:
+            pump(0.0)
             _kill(st, victim, rx)
         if resend and st.next_id == TOTAL and not st.resend and not st.pending:
             return st
