@@ -78,8 +78,7 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
             for rec in rx.unsettled:
                 rec.accept()
         due = st.killed_at is None and len(rx.received) >= KILL_AFTER
-        if due and st.pending:              # deliveries unsettled at the producer: some are in flight
-            _kill(st, victim, rx)
+        sent_now = 0
         while s.credit - s.queued > 0 and (st.resend or st.next_id < TOTAL):
             if st.resend:
                 mid = st.resend.popleft()
@@ -88,10 +87,12 @@ def _stream(s, rx, victim, *, resend: bool, lazy_accept: int = 0, until=None) ->
             tr = s.send(make_message(f"payload-{mid}", id=f"m{mid}", properties={"mid": mid}))
             st.attempts += 1
             st.pending[tr.tag] = (mid, tr)
-        # a fast mesh and an eager consumer can settle everything sent between two of this loop's turns:
-        # then kill as the next batch is on its way: written out first (killed before that, the batch
-        # could reach A after A saw B go, and go through C without touching B), without waiting for it
-        if st.killed_at is None and due and st.pending:
+            sent_now += 1
+        # kill as a batch is on its way: written out first (killed before that, the batch could reach A
+        # after A saw B go and pass through C only), without waiting for it. Deliveries merely unsettled at
+        # the producer are no sign of traffic in flight: a fast mesh and an eager consumer settle everything
+        # between two of this loop's turns, and the outcomes may only be waiting in the producer's socket
+        if due and sent_now:
             pump(0.0)
             _kill(st, victim, rx)
         if resend and st.next_id == TOTAL and not st.resend and not st.pending:
