@@ -36,6 +36,9 @@ def extract(rev: str, into: Path) -> Path:
     archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, capture_output=True,
                              check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    builder = into / "router" / "adapter" / "hotpath_build.py"
+    if builder.exists():                # a tree with the compiled hot path (issue 21): build it there
+        subprocess.run([sys.executable, str(builder)], check=True, capture_output=True)
     return into
 
 

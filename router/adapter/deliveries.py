@@ -22,20 +22,16 @@ from __future__ import annotations
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
     pn_delivery,
-    pn_delivery_aborted,
-    pn_delivery_link,
-    pn_delivery_partial,
     pn_delivery_pending,
-    pn_delivery_readable,
-    pn_delivery_remote_state,
     pn_delivery_settle,
     pn_delivery_settled,
     pn_delivery_update,
     pn_link_advance,
-    pn_link_recv,
-    pn_link_send,
 )
 
+from router.adapter import hotpath
+from router.adapter.hotpath import ABORTED, EMPTY, NOT_READABLE, NULL, PARTIAL, send, settle_pair, take
+from router.adapter.hotpath import outcome as take_outcome
 from router.adapter.outcomes import NodeOutcome, OutcomeSnapshot, Rejection, copy_outcome, oversize
 from router.adapter.routerlinks import RouterLink
 from router.addressing import address_key
@@ -55,7 +51,6 @@ from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLE
 from router.forwarding.records import (
     ACCEPTED,
     RELEASED,
-    TERMINAL,
     Address,
     Consumer,
     Held,
@@ -90,8 +85,8 @@ class Deliveries:
         self._bufsize = 64 * 1024
         self.buf = ffi.new("char[]", self._bufsize)
         self.view = memoryview(ffi.buffer(self.buf))    # the same bytes, indexed as ints
-        self._tagnum = ffi.new("uint64_t *")
-        self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
+        self._tagnum = hotpath.TAG_COUNTER    # delivery tags: hotpath.send draws from the same counter
+        self._tag = hotpath.TAG
 
     def buffer(self, n: int) -> object:
         """The reusable read buffer, at least `n` bytes long."""
@@ -108,18 +103,12 @@ class Deliveries:
 
     def send_whole(self, c: Consumer, data: object, n: int) -> object:
         """Send a complete message on `c`'s link as a new delivery; returns the delivery."""
-        out = c.handle
-        self._tagnum[0] += 1
-        od = pn_delivery(out, self._tag)
-        pn_link_send(out, data, n)
-        pn_link_advance(out)
         self.dirty.add(c.conn)
-        return od
+        return send(c.handle, data, n)
 
     # ---- arrivals ----------------------------------------------------------------------------------------
-    def on_delivery(self, d: object) -> None:
-        """A delivery event: a transfer arrived, or a consumer updated one of ours."""
-        link = pn_delivery_link(d)
+    def on_delivery(self, d: object, link: object) -> None:
+        """A delivery event on `link`: a transfer arrived, or a consumer updated one of ours."""
         rec = self.links.get(link)
         if rec is None:
             return
@@ -135,28 +124,16 @@ class Deliveries:
             if s is not None:
                 self.streams.pump(s)
                 return
-        if not pn_delivery_readable(d):
+        buf = self.buf
+        n = take(d, link, buf, self._bufsize)
+        if n < 0:
+            if n != NOT_READABLE:
+                self._not_taken(d, link, rec, n)
             return
-        if pn_delivery_partial(d):
-            self.streams.start(d, link, rec)
-            return
-        presettled = pn_delivery_settled(d)
-        if presettled and pn_delivery_aborted(d):   # Proton marks aborted transfers settled
-            pn_link_advance(link)
-            pn_delivery_settle(d)
-            self.core.arrived(rec)
-            self.core.unroutable(rec, True)
-            return
-        n = pn_delivery_pending(d)
+        presettled = n & 1              # 0 or 1
+        n >>= 1
         if n > rec.conn.max_message_size:
-            pn_link_advance(link)
             self._reject(d, rec, presettled, oversize(rec.conn.max_message_size))
-            return
-        buf = self.buf if n <= self._bufsize else self.buffer(n)
-        n = pn_link_recv(link, buf, n)
-        pn_link_advance(link)
-        if n < 0:                       # an empty transfer (PN_EOS): there is no message to pass on
-            self._reject(d, rec, presettled, Rejection(b"amqp:decode-error", b"empty message"))
             return
         if rec.router:                  # from a peer node: routed by its router annotations
             self._from_peer(d, rec, self.view[:n].tobytes(), presettled)
@@ -194,16 +171,34 @@ class Deliveries:
             else:
                 self._unroutable(d, rec, presettled, key if a is None else a.key, n)
             return
-        out = c.handle                  # send_whole, inlined: this is the hot path
-        self._tagnum[0] += 1
-        od = pn_delivery(out, self._tag)
-        pn_link_send(out, buf, n)
-        pn_link_advance(out)
+        od = send(c.handle, buf, n)    # send_whole, inlined: this is the hot path
         self.dirty.add(c.conn)
         mode = core.sent(rec, c, d, od, presettled, None, n,
                          -1 if obs is None else obs.route_of(a.key, rec, c, None, None))
         if mode:
             self._settled_on_the_way(mode, d, od, rec, a.key, c, None, None, n)
+
+    def _not_taken(self, d: object, link: object, p: Producer, why: int) -> None:
+        """A transfer `take` did not read (`why`, its code): one still arriving starts a stream, an
+        aborted one goes nowhere, an empty one is rejected; a larger one than the read buffer is read
+        here (or rejected, over the connection's maximum message size)."""
+        if why == PARTIAL:
+            self.streams.start(d, link, p)
+        elif why == ABORTED:                    # Proton marks aborted transfers settled
+            pn_link_advance(link)
+            pn_delivery_settle(d)
+            self.core.arrived(p)
+            self.core.unroutable(p, True)
+        elif why == EMPTY:                      # an empty transfer (PN_EOS): no message to pass on
+            self._reject(d, p, pn_delivery_settled(d), Rejection(b"amqp:decode-error", b"empty message"))
+        else:                                   # TOO_LARGE for the read buffer
+            n = pn_delivery_pending(d)
+            if n > p.conn.max_message_size:
+                pn_link_advance(link)
+                self._reject(d, p, pn_delivery_settled(d), oversize(p.conn.max_message_size))
+                return
+            self.buffer(n)                      # grown to fit: `take` reads it now
+            self.on_delivery(d, link)
 
     def _checked(self, d: object, p: Producer, buf: object, n: int, presettled: bool
                  ) -> tuple[object, int] | None:
@@ -229,18 +224,17 @@ class Deliveries:
     def _settled_on_the_way(self, mode: int, d: object, od: object, p: Producer, key: str, c: Consumer,
                             ann: RouterAnnotations | None, rd: RemoteDest | None, n: int) -> None:
         """A copy went out settled (PRESETTLED, or HANDED_OVER to an at-most-once consumer): it ends here."""
-        pn_delivery_settle(od)
         if mode == PRESETTLED:
-            pn_delivery_settle(d)
+            settle_pair(d, 0, od)
         else:
-            self._hand_over(d, p)
+            self._hand_over(d, p, od)
         if self.obs is not None:
             self.obs.forwarded_settled(key, p, c, ann, rd, mode, n)
 
-    def _hand_over(self, d: object, p: Producer) -> None:
-        """Settle an unsettled delivery ACCEPTED: it went to an at-most-once (pre-settled) consumer."""
-        pn_delivery_update(d, ACCEPTED)
-        pn_delivery_settle(d)
+    def _hand_over(self, d: object, p: Producer, od: object = NULL) -> None:
+        """Settle an unsettled delivery ACCEPTED: it went to an at-most-once (pre-settled) consumer (as
+        `od`, settled too, unless NULL)."""
+        settle_pair(d, ACCEPTED, od)
         self.core.count_outcome(ACCEPTED, p)
         self.dirty.add(p.conn)
 
@@ -296,12 +290,8 @@ class Deliveries:
         if c.busy:
             core.hold(c, Held(out, d, p, presettled, None, key, s.ann, rd))
             return
-        handle = c.handle               # send_whole, inlined
-        self._tagnum[0] += 1
-        od = pn_delivery(handle, self._tag)
         n = len(out)
-        pn_link_send(handle, out, n)
-        pn_link_advance(handle)
+        od = send(c.handle, out, n)     # send_whole, inlined
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, s.ann, rd))
@@ -331,12 +321,8 @@ class Deliveries:
         section = self.ingress_sections[key]
         out = section + view[:n] if at == 0 else b"".join((view[:at], section, view[at:n]))
         c = rd.out
-        handle = c.handle               # send_whole, inlined
-        self._tagnum[0] += 1
-        od = pn_delivery(handle, self._tag)
         n = len(out)
-        pn_link_send(handle, out, n)
-        pn_link_advance(handle)
+        od = send(c.handle, out, n)     # send_whole, inlined
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, None, rd))
@@ -510,9 +496,7 @@ class Deliveries:
         record carries `key` (the link's address, or the message's `to` on the anonymous relay)."""
         if self.obs is not None:
             self.obs.ended(key, p, presettled, size)
-        if not presettled:
-            pn_delivery_update(d, RELEASED)
-        pn_delivery_settle(d)
+        settle_pair(d, 0 if presettled else RELEASED, NULL)
         self.core.unroutable(p, presettled)
         self.dirty.add(p.conn)
 
@@ -572,11 +556,9 @@ class Deliveries:
     # ---- outcomes ----------------------------------------------------------------------------------------
     def on_outcome(self, od: object, c: Consumer) -> None:
         """The consumer updated or settled one of our outbound deliveries."""
-        outcome = pn_delivery_remote_state(od)
-        if outcome not in TERMINAL:
-            if not pn_delivery_settled(od):
-                return
-            outcome = ACCEPTED           # settled without an outcome: the default outcome
+        outcome = take_outcome(od)       # ACCEPTED when it settled without one, 0 when nothing to do yet
+        if not outcome:
+            return
         outs = self.stream_outs
         stream = outs.pop(od, None) if outs else None
         e = self.core.settle(od, outcome, stream is None)
@@ -595,9 +577,13 @@ class Deliveries:
             p = e.producer
             if p.alive:
                 if outcome == ACCEPTED:             # nothing more to copy: the common case, inlined
-                    pn_delivery_update(e.in_dlv, ACCEPTED)
-                else:
-                    copy_outcome(od, e.in_dlv, outcome)
+                    settle_pair(e.in_dlv, ACCEPTED, od)
+                    self.dirty.add(p.conn)
+                    if self.obs is not None:
+                        self.obs.settled(e, outcome)
+                    self.dirty.add(c.conn)
+                    return
+                copy_outcome(od, e.in_dlv, outcome)
                 pn_delivery_settle(e.in_dlv)
                 self.dirty.add(p.conn)
             if self.obs is not None:

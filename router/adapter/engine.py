@@ -31,21 +31,15 @@ from cproton_ffi.lib import (
     PN_REMOTE_CLOSED,
     PN_SESSION_REMOTE_CLOSE,
     PN_SESSION_REMOTE_OPEN,
-    PN_TRANSPORT,
     PN_TRANSPORT_CLOSED,
     PN_TRANSPORT_ERROR,
     pn_collector,
-    pn_collector_peek,
-    pn_collector_pop,
     pn_condition_is_set,
     pn_connection_close,
     pn_connection_open,
     pn_connection_state,
     pn_event_connection,
-    pn_event_delivery,
-    pn_event_link,
     pn_event_transport,
-    pn_event_type,
     pn_event_type_name,
     pn_link_credit,
     pn_link_drain,
@@ -59,6 +53,7 @@ from cproton_ffi.lib import (
     pn_transport_tick,
 )
 
+from router.adapter import hotpath
 from router.adapter.connection import Connection
 from router.adapter.deliveries import Deliveries
 from router.adapter.endpoints import SESSION_CAPACITY
@@ -79,6 +74,7 @@ class Engine:
         self.node_id = node_id
         self.idle_timeout = idle_timeout
         self.collector = pn_collector()
+        self._event = hotpath.ffi.new("void *[3]")    # next_event's out: event, delivery or link, link
         self.conns: dict[object, Connection] = {}      # pn_connection_t* -> Connection
         self.links: dict[object, Consumer | Producer | RouterLink] = {}  # pn_link_t* -> its record
         self.dirty: set[Connection] = set()            # connections with output to write
@@ -225,26 +221,25 @@ class Engine:
 
     # ---- the event pump ------------------------------------------------------------------------------
     def process(self) -> None:
-        """Handle every pending Proton event."""
+        """Handle every pending Proton event (transport events need nothing: `next_event` skips them)."""
         coll = self.collector
-        peek, pop, etype = pn_collector_peek, pn_collector_pop, pn_event_type
+        out = self._event
+        step = hotpath.next_event
         on_delivery, on_flow, rare = self.deliveries.on_delivery, self._on_flow, self._rare
-        ev = peek(coll)
-        while ev:
-            t = etype(ev)
+        t = step(coll, 0, out)
+        while t:
             try:
                 if t == PN_DELIVERY:
-                    on_delivery(pn_event_delivery(ev))
+                    on_delivery(out[1], out[2])
                 elif t == PN_LINK_FLOW:
-                    on_flow(pn_event_link(ev))
-                elif t != PN_TRANSPORT:
+                    on_flow(out[1])
+                else:
                     handler = rare.get(t)
                     if handler is not None:
-                        handler(ev)
+                        handler(out[0])
             except Exception:           # a bug handling one event closes that connection only
-                self._handler_failed(ev, t)
-            pop(coll)
-            ev = peek(coll)
+                self._handler_failed(out[0], t)
+            t = step(coll, 1, out)
         if self.recently_dead:
             self.recently_dead.clear()          # their events were handled in this pass
 

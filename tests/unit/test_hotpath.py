@@ -1,0 +1,234 @@
+"""router.adapter.hotpath: the grouped Proton calls of the forwarding hot path, on real Proton objects (two
+connections joined in memory, no sockets), checked against what the single Proton calls they replace
+report."""
+
+from __future__ import annotations
+
+import pytest
+from cproton_ffi import ffi, lib
+
+from router.adapter import hotpath
+from router.adapter.hotpath_build import build, source_hash
+
+ACCEPTED, REJECTED, RELEASED = lib.PN_ACCEPTED, lib.PN_REJECTED, lib.PN_RELEASED
+
+
+class Pair:
+    """A sending and a receiving connection whose transports are joined in memory; one collector."""
+
+    def __init__(self) -> None:
+        self.coll = lib.pn_collector()
+        self.conns, self.transports = [], []
+        for server in (False, True):
+            c, t = lib.pn_connection(), lib.pn_transport()
+            if server:
+                lib.pn_transport_set_server(t)
+            lib.pn_transport_bind(t, c)
+            lib.pn_connection_collect(c, self.coll)
+            lib.pn_connection_open(c)
+            self.conns.append(c)
+            self.transports.append(t)
+        s = lib.pn_session(self.conns[0])
+        lib.pn_session_open(s)
+        self.sender = lib.pn_sender(s, b"out")
+        lib.pn_link_open(self.sender)
+        self.pump()
+        rs = lib.pn_session_head(self.conns[1], 0)
+        lib.pn_session_open(rs)
+        self.receiver = lib.pn_link_head(self.conns[1], 0)
+        lib.pn_link_open(self.receiver)
+        lib.pn_link_flow(self.receiver, 100)
+        self.pump()
+        self.buf = ffi.new("char[]", 1024)
+
+    def pump(self) -> None:
+        """Move bytes both ways until neither transport has anything to write."""
+        io = ffi.new("char[]", 65536)
+        moved = True
+        while moved:
+            moved = False
+            for src, dst in ((0, 1), (1, 0)):
+                t_out, t_in = self.transports[src], self.transports[dst]
+                n = lib.pn_transport_pending(t_out)
+                if n > 0:
+                    n = min(n, 65536)
+                    lib.pn_transport_peek(t_out, io, n)
+                    lib.pn_transport_pop(t_out, n)
+                    lib.pn_transport_push(t_in, io, n)
+                    moved = True
+
+    def send(self, data: bytes, settle: bool = False, complete: bool = True) -> object:
+        d = hotpath.send(self.sender, data, len(data)) if complete else None
+        if not complete:
+            hotpath.TAG_COUNTER[0] += 1
+            d = lib.pn_delivery(self.sender, hotpath.TAG)
+            lib.pn_link_send(self.sender, data, len(data))
+        if settle:
+            lib.pn_delivery_settle(d)
+        self.pump()
+        return d
+
+    def events(self) -> list[tuple[int, object, object, object]]:
+        """Every event next_event gives, as (type, event, context, link)."""
+        out = hotpath.ffi.new("void *[3]")
+        seen = []
+        t = hotpath.next_event(self.coll, 0, out)
+        while t:
+            ctx = out[1] if t in (lib.PN_DELIVERY, lib.PN_LINK_FLOW) else None
+            link = out[2] if t == lib.PN_DELIVERY else None
+            seen.append((t, out[0], ctx, link))
+            t = hotpath.next_event(self.coll, 1, out)
+        return seen
+
+    def arrived(self) -> object:
+        self.events()
+        d = lib.pn_link_current(self.receiver)
+        assert d != ffi.NULL
+        return d
+
+
+def test_next_event_skips_transport_events_and_gives_the_delivery_and_its_link() -> None:
+    pair = Pair()
+    pair.events()
+    pair.send(b"hello")
+    seen = pair.events()
+    assert seen and all(t != lib.PN_TRANSPORT for t, *_ in seen)
+    deliveries = [(ctx, link) for t, _, ctx, link in seen if t == lib.PN_DELIVERY]
+    assert len(deliveries) == 1
+    d, link = deliveries[0]
+    assert link == pair.receiver and d == lib.pn_link_current(pair.receiver)
+    assert lib.pn_delivery_link(d) == link          # a void * from hotpath is Proton's pointer
+    assert {pair.receiver: "rec"}.get(link) == "rec"
+    flows = [ctx for t, _, ctx, _ in seen if t == lib.PN_LINK_FLOW]
+    assert all(ctx in (pair.sender, pair.receiver) for ctx in flows)
+    assert pair.events() == []                      # everything was popped
+
+
+def test_raw_collector_does_hold_transport_events_next_event_skips() -> None:
+    pair = Pair()
+    types = set()
+    ev = lib.pn_collector_peek(pair.coll)
+    while ev:
+        types.add(lib.pn_event_type(ev))
+        lib.pn_collector_pop(pair.coll)
+        ev = lib.pn_collector_peek(pair.coll)
+    assert lib.PN_TRANSPORT in types                # so the skip above is tested on real input
+
+
+def test_take_reads_a_complete_transfer_and_advances() -> None:
+    pair = Pair()
+    pair.send(b"hello")
+    d = pair.arrived()
+    r = hotpath.take(d, pair.receiver, pair.buf, 1024)
+    assert r == (5 << 1) | 0
+    assert ffi.buffer(pair.buf, 5)[:] == b"hello"
+    assert lib.pn_link_current(pair.receiver) != d   # advanced past it
+    pair.send(b"settled!", settle=True)
+    d = pair.arrived()
+    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == (8 << 1) | 1
+
+
+def test_take_leaves_what_it_does_not_read() -> None:
+    pair = Pair()
+    pair.send(b"x" * 100)
+    d = pair.arrived()
+    assert hotpath.take(d, pair.receiver, pair.buf, 99) == hotpath.TOO_LARGE
+    assert lib.pn_delivery_pending(d) == 100 and lib.pn_link_current(pair.receiver) == d
+    assert hotpath.take(d, pair.receiver, pair.buf, 100) == 100 << 1
+
+    pair.send(b"part", complete=False)               # still arriving
+    d = pair.arrived()
+    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == hotpath.PARTIAL
+    assert lib.pn_delivery_pending(d) == 4 and lib.pn_link_current(pair.receiver) == d
+    lib.pn_delivery_abort(lib.pn_link_current(pair.sender))
+    pair.pump()
+    pair.events()
+    assert lib.pn_delivery_aborted(d)
+    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == hotpath.ABORTED
+
+
+def test_take_reports_an_empty_transfer() -> None:
+    pair = Pair()
+    pair.send(b"")
+    d = pair.arrived()
+    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == hotpath.EMPTY
+    assert lib.pn_link_current(pair.receiver) != d
+
+
+def test_take_on_a_delivery_that_is_not_readable() -> None:
+    pair = Pair()
+    od = pair.send(b"hello")
+    assert hotpath.take(od, pair.sender, pair.buf, 1024) == hotpath.NOT_READABLE
+
+
+def test_send_draws_unique_tags_from_the_shared_counter() -> None:
+    pair = Pair()
+    before = hotpath.TAG_COUNTER[0]
+    sent = [pair.send(b"m%d" % i) for i in range(3)]
+    assert hotpath.TAG_COUNTER[0] == before + 3
+    tags = {ffi.buffer(lib.pn_delivery_tag(d).start, 8)[:] for d in sent}
+    assert len(tags) == 3
+    pair.events()
+    got = []
+    d = lib.pn_link_current(pair.receiver)
+    while d != ffi.NULL:
+        got.append(hotpath.take(d, pair.receiver, pair.buf, 1024) >> 1)
+        d = lib.pn_link_current(pair.receiver)
+    assert got == [2, 2, 2]
+
+
+@pytest.mark.parametrize("state", [ACCEPTED, REJECTED, RELEASED, lib.PN_MODIFIED])
+def test_outcome_gives_a_terminal_state(state: int) -> None:
+    pair = Pair()
+    od = pair.send(b"hello")
+    d = pair.arrived()
+    assert hotpath.outcome(od) == 0                 # nothing yet
+    lib.pn_delivery_update(d, state)
+    pair.pump()
+    pair.events()
+    assert hotpath.outcome(od) == state == lib.pn_delivery_remote_state(od)
+
+
+def test_outcome_of_a_delivery_settled_without_one_is_accepted() -> None:
+    pair = Pair()
+    od = pair.send(b"hello")
+    d = pair.arrived()
+    lib.pn_delivery_settle(d)
+    pair.pump()
+    pair.events()
+    assert lib.pn_delivery_remote_state(od) == 0 and lib.pn_delivery_settled(od)
+    assert hotpath.outcome(od) == ACCEPTED
+
+
+def test_settle_pair_gives_the_outcome_and_settles_both() -> None:
+    pair = Pair()
+    od = pair.send(b"hello")
+    d = pair.arrived()
+    hotpath.settle_pair(d, REJECTED, hotpath.NULL)    # a receiver's delivery, nothing else
+    pair.pump()
+    pair.events()
+    assert lib.pn_delivery_remote_state(od) == REJECTED and lib.pn_delivery_settled(od)
+    od2 = pair.send(b"again")
+    d2 = pair.arrived()
+    hotpath.take(d2, pair.receiver, pair.buf, 1024)
+    sender, receiver = lib.pn_link_unsettled(pair.sender), lib.pn_link_unsettled(pair.receiver)
+    hotpath.settle_pair(d2, 0, od2)                  # no outcome given: both settled as they are
+    assert lib.pn_link_unsettled(pair.sender) == sender - 1
+    assert lib.pn_link_unsettled(pair.receiver) == receiver - 1
+
+
+def test_a_stale_build_is_refused(tmp_path) -> None:
+    source = tmp_path / "hotpath.c"
+    text = hotpath.Path(hotpath.__file__).with_name("hotpath.c").read_text()
+    source.write_text(text)
+    hotpath._check(source)                          # the build matches the tree's source
+    source.write_text(text + "\n/* changed */\n")
+    assert source_hash(source.read_text()) != source_hash(text)
+    with pytest.raises(ImportError, match="run `make`"):
+        hotpath._check(source)
+
+
+def test_the_build_is_up_to_date_and_not_rebuilt() -> None:
+    out = build()
+    stamp = out.stat().st_mtime_ns
+    assert build() == out and out.stat().st_mtime_ns == stamp
