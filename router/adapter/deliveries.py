@@ -30,7 +30,17 @@ from cproton_ffi.lib import (
 )
 
 from router.adapter import hotpath
-from router.adapter.hotpath import ABORTED, EMPTY, NOT_READABLE, NULL, PARTIAL, send, settle_pair, take
+from router.adapter.hotpath import (
+    ABORTED,
+    EMPTY,
+    NOT_READABLE,
+    NULL,
+    PARTIAL,
+    send,
+    send_spliced,
+    settle_pair,
+    take,
+)
 from router.adapter.hotpath import outcome as take_outcome
 from router.adapter.outcomes import NodeOutcome, OutcomeSnapshot, Rejection, copy_outcome, oversize
 from router.adapter.routerlinks import RouterLink
@@ -286,12 +296,13 @@ class Deliveries:
             self._unroutable(d, p, presettled, key, len(data))
             return
         head = to_client if c.peer is None else to_peer
-        out = head + data[end:] if len(data) <= BIG else b"".join((head, memoryview(data)[end:]))
         if c.busy:
+            out = head + data[end:] if len(data) <= BIG else b"".join((head, memoryview(data)[end:]))
             core.hold(c, Held(out, d, p, presettled, None, key, s.ann, rd))
             return
-        n = len(out)
-        od = send(c.handle, out, n)     # send_whole, inlined
+        n = len(data)
+        od = send_spliced(c.handle, data, n, 0, end, head, len(head))    # head + data[end:]
+        n += len(head) - end
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, s.ann, rd))
@@ -317,12 +328,11 @@ class Deliveries:
         obs = self.obs
         if obs is not None and p.credit == 0:
             obs.event("credit_starved_start", p.handle, key, p.conn.peer)
-        view = self.view
         section = self.ingress_sections[key]
-        out = section + view[:n] if at == 0 else b"".join((view[:at], section, view[at:n]))
         c = rd.out
-        n = len(out)
-        od = send(c.handle, out, n)     # send_whole, inlined
+        m = len(section)
+        od = send_spliced(c.handle, buf, n, at, at, section, m)     # the section inserted at `at`
+        n += m
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, None, rd))

@@ -114,6 +114,24 @@ static void *hp_send(void *link, const char *data, size_t n)
     return od;
 }
 
+/* Send data[0:cut_from] + insert[0:m] + data[cut_to:n] as one complete new delivery on `link` (a message
+ * with a section inserted or replaced, without joining it first); returns the delivery. Cut points beyond
+ * the data are clamped to it. */
+static void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_from, size_t cut_to,
+                             const char *insert, size_t m)
+{
+    if (cut_to > n) cut_to = n;
+    if (cut_from > cut_to) cut_from = cut_to;
+    ++*tag_counter;
+    hp_bytes_t tag = {sizeof(uint64_t), (const char *)tag_counter};
+    void *od = pn.delivery(link, tag);
+    if (cut_from) pn.link_send(link, data, cut_from);
+    if (m) pn.link_send(link, insert, m);
+    if (n > cut_to) pn.link_send(link, data + cut_to, n - cut_to);
+    pn.link_advance(link);
+    return od;
+}
+
 /* The outcome a consumer gave one of our deliveries: its terminal state, ACCEPTED when it settled without
  * one, 0 when there is nothing to pass on yet. */
 static uint64_t hp_outcome(void *od)

@@ -9,6 +9,8 @@ crossing (see hotpath.c for what each does):
 - `take(d, link, buf, cap)`: receive a complete transfer and advance past it: `(size << 1) | presettled`
   or a negative code (`NOT_READABLE`, `PARTIAL`, `ABORTED`, `TOO_LARGE`, `EMPTY`);
 - `send(link, data, n)`: one complete new delivery with a fresh tag;
+- `send_spliced(link, data, n, cut_from, cut_to, insert, m)`: the same for `data[:cut_from] + insert[:m]
+  + data[cut_to:n]` (a section inserted or replaced without joining the message first);
 - `outcome(od)`: a consumer's terminal outcome, ACCEPTED if it settled without one, else 0;
 - `settle_pair(d, state, out)`: give `d` an outcome (unless 0), settle it, then settle `out` (unless NULL).
 
@@ -95,5 +97,6 @@ _init()
 next_event = lib.hp_next
 take = lib.hp_take
 send = lib.hp_send
+send_spliced = lib.hp_send_spliced
 outcome = lib.hp_outcome
 settle_pair = lib.hp_settle_pair

@@ -25,6 +25,8 @@ int hp_init(void **fns, int n, int delivery, int link_flow, int transport, uint6
 int hp_next(void *coll, int pop, void **out);
 int64_t hp_take(void *d, void *link, char *buf, size_t cap);
 void *hp_send(void *link, const char *data, size_t n);
+void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_from, size_t cut_to,
+                      const char *insert, size_t m);
 uint64_t hp_outcome(void *od);
 void hp_settle_pair(void *d, uint64_t state, void *out);
 const char *hp_source(void);

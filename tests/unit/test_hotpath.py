@@ -232,3 +232,26 @@ def test_the_build_is_up_to_date_and_not_rebuilt() -> None:
     out = build()
     stamp = out.stat().st_mtime_ns
     assert build() == out and out.stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize(("cut_from", "cut_to", "insert"), [
+    (0, 0, b"<ins>"),          # a section inserted first (an ingress, message without header)
+    (3, 3, b"<ins>"),          # inserted after the header
+    (10, 10, b"<ins>"),        # at the very end
+    (0, 4, b"<head>"),         # the start replaced (a peer's annotations rewritten)
+    (2, 6, b""),               # a cut only
+    (8, 30, b"!"),             # cut points past the end are clamped to it
+    (9, 3, b"!"),              # a start after the end is clamped to the end
+])
+def test_send_spliced_sends_the_message_with_the_cut_replaced(cut_from: int, cut_to: int,
+                                                              insert: bytes) -> None:
+    pair = Pair()
+    data = b"0123456789"
+    hotpath.send_spliced(pair.sender, data, len(data), cut_from, cut_to, insert, len(insert))
+    pair.pump()
+    d = pair.arrived()
+    r = hotpath.take(d, pair.receiver, pair.buf, 1024)
+    end = min(cut_to, len(data))
+    expected = data[:min(cut_from, end)] + insert + data[end:]
+    assert r >> 1 == len(expected)
+    assert ffi.buffer(pair.buf, r >> 1)[:] == expected
