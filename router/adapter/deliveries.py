@@ -22,6 +22,7 @@ from __future__ import annotations
 from cproton_ffi import ffi
 from cproton_ffi.lib import (
     pn_delivery,
+    pn_delivery_link,
     pn_delivery_pending,
     pn_delivery_settle,
     pn_delivery_settled,
@@ -36,6 +37,7 @@ from router.adapter.hotpath import (
     NOT_READABLE,
     NULL,
     PARTIAL,
+    find_to,
     send,
     send_spliced,
     settle_pair,
@@ -71,6 +73,7 @@ from router.forwarding.records import (
 )
 
 ANON_SCAN_LIMIT = 64 * 1024          # sections before the body of an anonymous message must fit in this
+TO_KEYS_KEPT = 4096                  # anonymous-relay `to` addresses whose key is kept (then all forgotten)
 ACCEPT = NodeOutcome(ACCEPTED)
 
 
@@ -92,6 +95,7 @@ class Deliveries:
         self.stream_ins: dict = {}           # its `active` and `outs` tables (the same dicts)
         self.stream_outs: dict = {}
         self.obs = None                      # the observer (router.adapter.observer), if any
+        self._keys_of_to: dict[bytes, str] = {}   # an anonymous-relay `to` (its bytes) -> its routing key
         self._bufsize = 64 * 1024
         self.buf = ffi.new("char[]", self._bufsize)
         self.view = memoryview(ffi.buffer(self.buf))    # the same bytes, indexed as ints
@@ -249,23 +253,48 @@ class Deliveries:
         self.dirty.add(p.conn)
 
     def _anonymous_key(self, d: object, buf: object, n: int, presettled: bool, p: Producer) -> str | None:
-        """The routing key of an anonymous-relay transfer's `to`; settled here if it has none."""
-        try:
-            to = scan_message(ffi.buffer(buf, min(n, ANON_SCAN_LIMIT))[:], complete=n <= ANON_SCAN_LIMIT).to
-        except MalformedError:
-            self._reject(d, p, presettled, NO_PROPERTIES)
-            return None
-        if not to:
-            self._reject(d, p, presettled, Rejection(b"amqp:precondition-failed",
-                                                     b"anonymous relay: the message has no 'to' address"))
-            return None
-        key = address_key(to, self.node_id)
+        """The routing key of an anonymous-relay transfer's `to`; settled here if it has none. The usual
+        encodings are found by `find_to` and their key kept by the address's bytes (replies to one caller
+        repeat them); anything else is read by `scan_message`, which says what is wrong."""
+        span = find_to(buf, n if n <= ANON_SCAN_LIMIT else ANON_SCAN_LIMIT)
+        key = None
+        if span >= 0:
+            at = span >> 32
+            raw = self.view[at:at + (span & 0xFFFFFFFF)].tobytes()
+            key = self._keys_of_to.get(raw)
+            if key is None:
+                key = self._key_of_to(raw)
+        if key is None:
+            try:
+                head = ffi.buffer(buf, min(n, ANON_SCAN_LIMIT))[:]
+                to = scan_message(head, complete=n <= ANON_SCAN_LIMIT).to
+            except MalformedError:
+                self._reject(d, p, presettled, NO_PROPERTIES)
+                return None
+            if not to:
+                self._reject(d, p, presettled, Rejection(b"amqp:precondition-failed",
+                                                         b"anonymous relay: the message has no 'to' address"))
+                return None
+            key = address_key(to, self.node_id)
         access = p.conn.access
         if access is not None and (access.check_relay or "$" in key):
             key, problem = self.core.policy.relay(access, key)   # targets; $management by level
             if problem is not None:
                 self._reject(d, p, presettled, Rejection(UNAUTHORIZED, problem.encode()))
                 return None
+        return key
+
+    def _key_of_to(self, raw: bytes) -> str | None:
+        """The routing key of the `to` address `raw` (kept for the next message to it); None if it is not
+        UTF-8 (`scan_message` then rejects the message)."""
+        try:
+            to = raw.decode()
+        except UnicodeDecodeError:
+            return None
+        keys = self._keys_of_to
+        if len(keys) >= TO_KEYS_KEPT:
+            keys.clear()
+        key = keys[raw] = address_key(to, self.node_id)
         return key
 
     # ---- across the mesh -----------------------------------------------------------------------------
@@ -567,16 +596,31 @@ class Deliveries:
     def on_outcome(self, od: object, c: Consumer) -> None:
         """The consumer updated or settled one of our outbound deliveries."""
         outcome = take_outcome(od)       # ACCEPTED when it settled without one, 0 when nothing to do yet
-        if not outcome:
-            return
+        if outcome:
+            self.on_settled(od, outcome, c)
+
+    def on_settled(self, od: object, outcome: int, c: Consumer | None = None) -> None:
+        """Outbound delivery `od` got a terminal `outcome` (or was settled: ACCEPTED). `c` is its
+        consumer, or None when the event loop saw it first (hotpath.SETTLED), before anyone looked at the
+        link: the core's in-flight entry says whose it is, or else the link does (a control link's)."""
         outs = self.stream_outs
         stream = outs.pop(od, None) if outs else None
         e = self.core.settle(od, outcome, stream is None)
         if e is None:
             if stream is not None:
                 outs[od] = stream
+            if c is None:                        # not the core's: whose is it?
+                link = pn_delivery_link(od)
+                rec = self.links.get(link)
+                if rec is None:
+                    return
+                if rec.__class__ is RouterLink:
+                    self.engine.mesh_links.on_delivery(od, link, rec)
+                    return
             pn_delivery_settle(od)
             return
+        if c is None:
+            c = e.consumer
         if stream is not None:                   # decided before the whole message was sent to it
             self.streams.copy_decided(stream, e, c, od, outcome)
             return

@@ -57,6 +57,7 @@ from router.adapter import hotpath
 from router.adapter.connection import Connection
 from router.adapter.deliveries import Deliveries
 from router.adapter.endpoints import SESSION_CAPACITY
+from router.adapter.hotpath import SETTLED
 from router.adapter.links import LinkEvents
 from router.adapter.observer import Observer
 from router.adapter.routerlinks import RouterLink, RouterLinks
@@ -225,12 +226,15 @@ class Engine:
         coll = self.collector
         out = self._event
         step = hotpath.next_event
-        on_delivery, on_flow, rare = self.deliveries.on_delivery, self._on_flow, self._rare
+        on_delivery, on_settled = self.deliveries.on_delivery, self.deliveries.on_settled
+        on_flow, rare = self._on_flow, self._rare
         t = step(coll, 0, out)
         while t:
             try:
                 if t == PN_DELIVERY:
                     on_delivery(out[1], out[2])
+                elif t > SETTLED:
+                    on_settled(out[1], t - SETTLED)
                 elif t == PN_LINK_FLOW:
                     on_flow(out[1])
                 else:

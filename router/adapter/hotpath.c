@@ -35,15 +35,26 @@ static struct {
     uint64_t (*delivery_remote_state)(void *);
     void (*delivery_update)(void *, uint64_t);
     void (*delivery_settle)(void *);
+    bool (*link_is_sender)(void *);
 } pn;
 
-#define HP_FUNCTIONS 18
+#define HP_FUNCTIONS 19
+#define SETTLED 0x1000                  /* hp_next: SETTLED + outcome, a consumer's outcome arrived */
 
 static int ev_delivery, ev_link_flow, ev_transport;
 static uint64_t *tag_counter;          /* the node's delivery-tag counter (shared with its Python code) */
 
 #define ACCEPTED 0x24u
 #define MODIFIED 0x27u
+
+/* The outcome a consumer gave one of our deliveries: its terminal state, ACCEPTED when it settled without
+ * one, 0 when there is nothing to pass on yet. */
+static uint64_t hp_outcome(void *od)
+{
+    uint64_t state = pn.delivery_remote_state(od);
+    if (state >= ACCEPTED && state <= MODIFIED) return state;
+    return pn.delivery_settled(od) ? ACCEPTED : 0;
+}
 
 /* Take the Proton functions (in the order of the struct above), the event types handled here, and the
  * counter outbound delivery tags are drawn from. Returns the number of functions expected. */
@@ -61,7 +72,8 @@ static int hp_init(void **fns, int n, int delivery, int link_flow, int transport
 
 /* The next event to handle: pops the current one first when `pop`, and pops transport events (the node
  * needs nothing from them). out[0] = the event; for a delivery event out[1] = the delivery and out[2] =
- * its link; for a link-flow event out[1] = the link. Returns the event type, 0 when there is none. */
+ * its link; for a link-flow event out[1] = the link. Returns the event type, 0 when there is none; for a
+ * delivery event on a sending link whose delivery has a terminal outcome (hp_outcome), SETTLED + it. */
 static int hp_next(void *coll, int pop, void **out)
 {
     if (pop) pn.collector_pop(coll);
@@ -76,8 +88,13 @@ static int hp_next(void *coll, int pop, void **out)
         out[0] = ev;
         if (t == ev_delivery) {
             void *d = pn.event_delivery(ev);
+            void *link = pn.delivery_link(d);
             out[1] = d;
-            out[2] = pn.delivery_link(d);
+            out[2] = link;
+            if (pn.link_is_sender(link)) {
+                uint64_t outcome = hp_outcome(d);
+                if (outcome) return SETTLED + (int)outcome;
+            }
         } else if (t == ev_link_flow) {
             out[1] = pn.event_link(ev);
         }
@@ -132,15 +149,6 @@ static void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_
     return od;
 }
 
-/* The outcome a consumer gave one of our deliveries: its terminal state, ACCEPTED when it settled without
- * one, 0 when there is nothing to pass on yet. */
-static uint64_t hp_outcome(void *od)
-{
-    uint64_t state = pn.delivery_remote_state(od);
-    if (state >= ACCEPTED && state <= MODIFIED) return state;
-    return pn.delivery_settled(od) ? ACCEPTED : 0;
-}
-
 /* Give `d` the outcome `state` (unless 0) and settle it; then settle `out` (unless NULL), the copy that went
  * out for it. */
 static void hp_settle_pair(void *d, uint64_t state, void *out)
@@ -148,4 +156,96 @@ static void hp_settle_pair(void *d, uint64_t state, void *out)
     if (state) pn.delivery_update(d, state);
     pn.delivery_settle(d);
     if (out) pn.delivery_settle(out);
+}
+
+/* ---- properties.to of an anonymous-relay message ------------------------------------------------------ */
+
+static uint32_t be32(const unsigned char *b) { return (uint32_t)b[0] << 24 | b[1] << 16 | b[2] << 8 | b[3]; }
+
+/* The size of the encoded value at b[p] (its constructor and data) for the forms a message-id or user-id
+ * takes, 0 for any other form or one that runs past `end`. */
+static size_t field_size(const unsigned char *b, size_t p, size_t end)
+{
+    size_t size;
+    if (p >= end) return 0;
+    switch (b[p]) {
+    case 0x40: case 0x41: case 0x42: case 0x43: case 0x44: size = 1; break;          /* null, bool, 0 */
+    case 0x50: case 0x51: case 0x52: case 0x53: case 0x54: case 0x55: size = 2; break;
+    case 0x60: case 0x61: size = 3; break;
+    case 0x70: case 0x71: case 0x72: size = 5; break;
+    case 0x80: case 0x81: case 0x82: case 0x83: size = 9; break;
+    case 0x98: size = 17; break;                                                        /* uuid */
+    case 0xa0: case 0xa1: case 0xa3:
+        if (p + 1 >= end) return 0;
+        size = 2 + (size_t)b[p + 1];
+        break;
+    case 0xb0: case 0xb1: case 0xb3:
+        if (p + 5 > end) return 0;
+        size = 5 + (size_t)be32(b + p + 1);
+        break;
+    default: return 0;
+    }
+    return p + size <= end ? size : 0;
+}
+
+/* Where the `to` of the properties section is in the encoded message b[0:n], for the usual forms only:
+ * sections with small-ulong descriptors, lists and maps with their sizes, a message-id and a user-id of the
+ * forms above, a `to` string or symbol. Returns (offset << 32) | length of the address's bytes, or -1 for
+ * anything else (no properties, a null `to`, other encodings, data that ends early): the caller then reads
+ * the message the general way, which explains what is wrong with it. */
+static int64_t hp_find_to(const char *data, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)data;
+    size_t p = 0;
+    while (p + 4 <= n) {
+        if (b[p] != 0x00 || b[p + 1] != 0x53) return -1;
+        unsigned code = b[p + 2];
+        if (code < 0x70 || code > 0x73) return -1;      /* no properties before the body */
+        p += 3;
+        unsigned c = b[p];
+        size_t size, count, q, end;
+        if (c == 0xc0 || c == 0xc1) {                   /* list8, map8 */
+            if (p + 3 > n) return -1;
+            size = b[p + 1];
+            count = b[p + 2];
+            q = p + 3;
+            end = p + 2 + size;
+        } else if (c == 0xd0 || c == 0xd1) {            /* list32, map32 */
+            if (p + 9 > n) return -1;
+            size = be32(b + p + 1);
+            count = be32(b + p + 5);
+            q = p + 9;
+            end = p + 5 + size;
+        } else if (c == 0x45 && code == 0x70) {         /* an empty header */
+            p += 1;
+            continue;
+        } else {
+            return -1;
+        }
+        if (end > n || q > end) return -1;
+        if ((code == 0x70 || code == 0x73) != (c == 0xc0 || c == 0xd0)) return -1;   /* lists, else maps */
+        if (code < 0x73) {                              /* header, annotations: stepped over */
+            p = end;
+            continue;
+        }
+        if (count < 3) return -1;
+        for (int i = 0; i < 2; i++) {                   /* message-id, user-id */
+            size_t f = field_size(b, q, end);
+            if (!f) return -1;
+            q += f;
+        }
+        size_t start, len;
+        if (q + 2 <= end && (b[q] == 0xa1 || b[q] == 0xa3)) {
+            start = q + 2;
+            len = b[q + 1];
+        } else if (q + 5 <= end && (b[q] == 0xb1 || b[q] == 0xb3)) {
+            start = q + 5;
+            len = be32(b + q + 1);
+        } else {
+            return -1;
+        }
+        if (start + len > end || len == 0) return -1;
+        return (int64_t)start << 32 | (int64_t)len;
+    }
+    return -1;
 }

@@ -5,12 +5,15 @@ arguments, and a forwarded message took ~30 of them. The functions here make sev
 crossing (see hotpath.c for what each does):
 
 - `next_event(collector, pop, out)`: pop the current event, skip transport events, return the next type
-  with the event, its delivery and the delivery's link (or the flow's link) in `out`;
+  with the event, its delivery and the delivery's link (or the flow's link) in `out`; a delivery event
+  on a sending link that brought a terminal outcome is `SETTLED + outcome`;
 - `take(d, link, buf, cap)`: receive a complete transfer and advance past it: `(size << 1) | presettled`
   or a negative code (`NOT_READABLE`, `PARTIAL`, `ABORTED`, `TOO_LARGE`, `EMPTY`);
 - `send(link, data, n)`: one complete new delivery with a fresh tag;
 - `send_spliced(link, data, n, cut_from, cut_to, insert, m)`: the same for `data[:cut_from] + insert[:m]
   + data[cut_to:n]` (a section inserted or replaced without joining the message first);
+- `find_to(data, n)`: where an encoded message's properties.to is, `(offset << 32) | length`, for the usual
+  encodings; -1 for anything else (the caller reads the message the general way);
 - `outcome(od)`: a consumer's terminal outcome, ACCEPTED if it settled without one, else 0;
 - `settle_pair(d, state, out)`: give `d` an outcome (unless 0), settle it, then settle `out` (unless NULL).
 
@@ -55,9 +58,11 @@ FUNCTIONS = (
     ("pn_delivery_remote_state", "uint64_t(*)(struct pn_delivery_t *)"),
     ("pn_delivery_update", "void(*)(struct pn_delivery_t *, uint64_t)"),
     ("pn_delivery_settle", "void(*)(struct pn_delivery_t *)"),
+    ("pn_link_is_sender", "_Bool(*)(struct pn_link_t *)"),
 )
 
 NOT_READABLE, PARTIAL, ABORTED, TOO_LARGE, EMPTY = -1, -2, -3, -4, -5
+SETTLED = 0x1000        # next_event: SETTLED + outcome for a consumer's terminal outcome on a sending link
 NULL = ffi.NULL
 
 # Outbound delivery tags, unique in the process (every node's Deliveries draws from it: two nodes may run
@@ -100,3 +105,4 @@ send = lib.hp_send
 send_spliced = lib.hp_send_spliced
 outcome = lib.hp_outcome
 settle_pair = lib.hp_settle_pair
+find_to = lib.hp_find_to

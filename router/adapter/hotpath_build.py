@@ -29,6 +29,7 @@ void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_from, s
                       const char *insert, size_t m);
 uint64_t hp_outcome(void *od);
 void hp_settle_pair(void *d, uint64_t state, void *out);
+int64_t hp_find_to(const char *data, size_t n);
 const char *hp_source(void);
 """
 

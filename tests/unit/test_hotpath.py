@@ -74,8 +74,9 @@ class Pair:
         seen = []
         t = hotpath.next_event(self.coll, 0, out)
         while t:
-            ctx = out[1] if t in (lib.PN_DELIVERY, lib.PN_LINK_FLOW) else None
-            link = out[2] if t == lib.PN_DELIVERY else None
+            delivery = t == lib.PN_DELIVERY or t > hotpath.SETTLED
+            ctx = out[1] if delivery or t == lib.PN_LINK_FLOW else None
+            link = out[2] if delivery else None
             seen.append((t, out[0], ctx, link))
             t = hotpath.next_event(self.coll, 1, out)
         return seen
@@ -255,3 +256,104 @@ def test_send_spliced_sends_the_message_with_the_cut_replaced(cut_from: int, cut
     expected = data[:min(cut_from, end)] + insert + data[end:]
     assert r >> 1 == len(expected)
     assert ffi.buffer(pair.buf, r >> 1)[:] == expected
+
+
+def _messages() -> list[bytes]:
+    """Encoded messages with every form of message-id, user-id, `to` and the sections before them."""
+    import uuid
+
+    from proton import Message
+
+    out = []
+    ids = [None, 7, 2**40, "an-id", uuid.UUID(int=5), b"\x01\x02", "x" * 300]
+    users = [None, b"", b"alice", b"u" * 300]
+    tos = [None, "", "amqp:/_topo/0/A/temp.1", "q" * 300, "é/ü"]
+    for i, mid in enumerate(ids):
+        for j, user in enumerate(users):
+            for k, to in enumerate(tos):
+                m = Message(body=b"x" * (i + j + k), id=mid, address=to, correlation_id="c")
+                if user is not None:
+                    m.user_id = user
+                if (i + j + k) % 2:
+                    m.durable, m.priority, m.ttl = True, 7, 1.5
+                if (i + j + k) % 3 == 0:
+                    m.annotations = {"x-opt-a": "b" * (40 * k)}
+                if (i + j + k) % 4 == 1:
+                    m.instructions = {"x-di": 1}
+                out.append(bytes(m.encode()))
+    return out
+
+
+def test_find_to_agrees_with_scan_message_and_finds_the_usual_forms() -> None:
+    from router.amqp.codec import scan_message
+
+    found = 0
+    for data in _messages():
+        to = scan_message(data, complete=True).to
+        span = hotpath.find_to(data, len(data))
+        if span >= 0:
+            at, n = span >> 32, span & 0xFFFFFFFF
+            assert data[at:at + n].decode() == to
+            found += 1
+        else:
+            assert not to                               # every message with a `to` here is a usual form
+    assert found == 7 * 4 * 3
+
+
+def test_find_to_never_reads_past_the_data_and_agrees_on_mutated_messages() -> None:
+    import random
+
+    from router.amqp.codec import MalformedError, scan_message
+    from router.amqp.sections import client_sections
+
+    rng = random.Random(21)
+    checked = 0
+    for data in _messages()[::3]:
+        for _ in range(60):
+            b = bytearray(data)
+            for _ in range(rng.randint(1, 3)):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            cut = bytes(b[:rng.randint(0, len(b))]) if rng.random() < 0.3 else bytes(b)
+            span = hotpath.find_to(cut, len(cut))
+            if span < 0:
+                continue
+            at, n = span >> 32, span & 0xFFFFFFFF
+            assert at + n <= len(cut)
+            try:                       # the node checks a client's sections before it looks for `to`
+                client_sections(cut, len(cut))
+                info = scan_message(cut, complete=True)
+            except MalformedError:
+                continue
+            try:
+                assert cut[at:at + n].decode() == info.to
+            except UnicodeDecodeError:
+                pass                   # the node falls back to scan_message, which rejects it
+            checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("state", [ACCEPTED, REJECTED, RELEASED, lib.PN_MODIFIED, 0])
+def test_next_event_reports_a_consumers_outcome_as_settled(state: int) -> None:
+    pair = Pair()
+    od = pair.send(b"hello")
+    d = pair.arrived()
+    if state:
+        lib.pn_delivery_update(d, state)
+    else:
+        lib.pn_delivery_settle(d)                   # settled without an outcome: ACCEPTED
+    pair.pump()
+    seen = pair.events()
+    settled = [(t - hotpath.SETTLED, ctx, link) for t, _, ctx, link in seen if t > hotpath.SETTLED]
+    assert settled == [(state or ACCEPTED, od, pair.sender)]
+    assert not [t for t, _, ctx, _ in seen if t == lib.PN_DELIVERY and ctx == od]
+
+
+def test_next_event_leaves_a_non_terminal_update_as_a_delivery_event() -> None:
+    pair = Pair()
+    od = pair.send(b"hello")
+    d = pair.arrived()
+    lib.pn_delivery_update(d, lib.PN_RECEIVED)
+    pair.pump()
+    seen = pair.events()
+    assert not [t for t, *_ in seen if t > hotpath.SETTLED]
+    assert [ctx for t, _, ctx, _ in seen if t == lib.PN_DELIVERY] == [od]
