@@ -42,6 +42,7 @@ from router.adapter.hotpath import (
     send_spliced,
     settle_pair,
     take,
+    take_prefixed,
 )
 from router.adapter.hotpath import outcome as take_outcome
 from router.adapter.outcomes import NodeOutcome, OutcomeSnapshot, Rejection, copy_outcome, oversize
@@ -57,7 +58,7 @@ from router.amqp.annotations import (
     with_hop,
 )
 from router.amqp.codec import MalformedError, scan_message
-from router.amqp.peersections import BIG, IngressSections, PeerSections, insertion_point
+from router.amqp.peersections import IngressSections, PeerSections, insertion_point
 from router.amqp.sections import SectionShapes
 from router.forwarding.decisions import BEST, DONE, HANDED_OVER, HOLD, PRESETTLED, TO_MANY, TO_ONE, TRACKED
 from router.forwarding.records import (
@@ -138,6 +139,9 @@ class Deliveries:
             if s is not None:
                 self.streams.pump(s)
                 return
+        if rec.router:                  # from a peer node: routed by its router annotations
+            self._from_peer(d, link, rec)
+            return
         buf = self.buf
         n = take(d, link, buf, self._bufsize)
         if n < 0:
@@ -148,9 +152,6 @@ class Deliveries:
         n >>= 1
         if n > rec.conn.max_message_size:
             self._reject(d, rec, presettled, oversize(rec.conn.max_message_size))
-            return
-        if rec.router:                  # from a peer node: routed by its router annotations
-            self._from_peer(d, rec, self.view[:n].tobytes(), presettled)
             return
         a = rec.address
         if a is not None and a.remote:  # served by other nodes: checked and annotated on the way
@@ -298,14 +299,28 @@ class Deliveries:
         return key
 
     # ---- across the mesh -----------------------------------------------------------------------------
-    def _from_peer(self, d: object, p: Producer, data: bytes, presettled: bool) -> None:
-        """A complete transfer from a peer node. The common case (an anycast address, annotations as a
-        meshrouter ingress writes them) is read from the table of sections seen before
-        (router.amqp.peersections) and forwarded here; anything else takes `_from_router`."""
+    def _from_peer(self, d: object, link: object, p: Producer) -> None:
+        """A transfer from a peer node. The common case (a complete message for an anycast address,
+        annotations as a meshrouter ingress writes them) is read from the table of sections seen before
+        (router.amqp.peersections: `take_prefixed` compares the message with the last one's start) and
+        forwarded from the read buffer; anything else takes `_from_router`."""
         last = self.peer_sections.last             # the same stream as the last message: the usual case
-        if last is not None and data.startswith(last[0]):
+        prefix = last[0] if last is not None else b""
+        buf = self.buf
+        r = take_prefixed(d, link, buf, self._bufsize, prefix, len(prefix))
+        if r < 0:
+            if r != NOT_READABLE:
+                self._not_taken(d, link, p, r)
+            return
+        presettled = r & 1
+        n = r >> 2
+        if n > p.conn.max_message_size:
+            self._reject(d, p, presettled, oversize(p.conn.max_message_size))
+            return
+        if r & 2:
             end, to_peer, to_client, s = last[1]
         else:
+            data = self.view[:n].tobytes()
             found = self.peer_sections.find(data)
             if found is None:
                 self._from_router(d, p, data, presettled)
@@ -315,22 +330,20 @@ class Deliveries:
         key = s.key
         routed = core.route_from_peer(p, key, p.conn.router.node_id, s.hops)
         if routed is None:                      # multicast
-            self._from_router(d, p, data, presettled)
+            self._from_router(d, p, self.view[:n].tobytes(), presettled)
             return
         c, rd = routed
         obs = self.obs
         if obs is not None and p.credit == 0:
             obs.event("credit_starved_start", p.handle, key, p.conn.peer)
         if c is None:
-            self._unroutable(d, p, presettled, key, len(data))
+            self._unroutable(d, p, presettled, key, n)
             return
         head = to_client if c.peer is None else to_peer
         if c.busy:
-            out = head + data[end:] if len(data) <= BIG else b"".join((head, memoryview(data)[end:]))
-            core.hold(c, Held(out, d, p, presettled, None, key, s.ann, rd))
+            core.hold(c, Held(head + self.view[end:n], d, p, presettled, None, key, s.ann, rd))
             return
-        n = len(data)
-        od = send_spliced(c.handle, data, n, 0, end, head, len(head))    # head + data[end:]
+        od = send_spliced(c.handle, buf, n, 0, end, head, len(head))    # head + the message from `end`
         n += len(head) - end
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 typedef struct { size_t size; const char *start; } hp_bytes_t;    /* pn_bytes_t, pn_delivery_tag_t */
@@ -118,6 +119,18 @@ static int64_t hp_take(void *d, void *link, char *buf, size_t cap)
     pn.link_advance(link);
     if (got < 0) return -5;
     return ((int64_t)got << 1) | (settled ? 1 : 0);
+}
+
+/* hp_take for a transfer from a peer node, also comparing its start with `prefix` (the start of the last
+ * message of that stream, up to the end of its annotations): (size << 2) | (it starts so) << 1 |
+ * pre-settled, or hp_take's negative codes. */
+static int64_t hp_take_prefixed(void *d, void *link, char *buf, size_t cap, const char *prefix, size_t plen)
+{
+    int64_t r = hp_take(d, link, buf, cap);
+    if (r < 0) return r;
+    size_t n = (size_t)(r >> 1);
+    int same = plen > 0 && n >= plen && memcmp(buf, prefix, plen) == 0;
+    return (int64_t)n << 2 | same << 1 | (r & 1);
 }
 
 /* Send `n` bytes as one complete new delivery on `link` (a fresh tag); returns the delivery. */

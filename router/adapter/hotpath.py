@@ -9,6 +9,8 @@ crossing (see hotpath.c for what each does):
   on a sending link that brought a terminal outcome is `SETTLED + outcome`;
 - `take(d, link, buf, cap)`: receive a complete transfer and advance past it: `(size << 1) | presettled`
   or a negative code (`NOT_READABLE`, `PARTIAL`, `ABORTED`, `TOO_LARGE`, `EMPTY`);
+- `take_prefixed(d, link, buf, cap, prefix, plen)`: `take` for a transfer from a peer node that also says
+  whether it starts with `prefix`: `(size << 2) | (it does) << 1 | presettled`, or the same codes;
 - `send(link, data, n)`: one complete new delivery with a fresh tag;
 - `send_spliced(link, data, n, cut_from, cut_to, insert, m)`: the same for `data[:cut_from] + insert[:m]
   + data[cut_to:n]` (a section inserted or replaced without joining the message first);
@@ -101,6 +103,7 @@ def _init() -> None:
 _init()
 next_event = lib.hp_next
 take = lib.hp_take
+take_prefixed = lib.hp_take_prefixed
 send = lib.hp_send
 send_spliced = lib.hp_send_spliced
 outcome = lib.hp_outcome

@@ -24,6 +24,7 @@ CDEF = """
 int hp_init(void **fns, int n, int delivery, int link_flow, int transport, uint64_t *tags);
 int hp_next(void *coll, int pop, void **out);
 int64_t hp_take(void *d, void *link, char *buf, size_t cap);
+int64_t hp_take_prefixed(void *d, void *link, char *buf, size_t cap, const char *prefix, size_t plen);
 void *hp_send(void *link, const char *data, size_t n);
 void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_from, size_t cut_to,
                       const char *insert, size_t m);

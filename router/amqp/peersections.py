@@ -38,10 +38,9 @@ from router.amqp.annotations import (
     with_hop,
 )
 
-__all__ = ["BIG", "Found", "IngressSections", "PeerSection", "PeerSections", "insertion_point"]
+__all__ = ["Found", "IngressSections", "PeerSection", "PeerSections", "insertion_point"]
 
 MAX_SECTIONS = 4096      # distinct sections kept per node (a mesh has few: one per ingress, trace and `to`)
-BIG = 4096               # messages longer than this are joined from memoryview slices (one copy, by join)
 
 
 class PeerSection:

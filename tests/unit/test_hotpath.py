@@ -357,3 +357,20 @@ def test_next_event_leaves_a_non_terminal_update_as_a_delivery_event() -> None:
     seen = pair.events()
     assert not [t for t, *_ in seen if t > hotpath.SETTLED]
     assert [ctx for t, _, ctx, _ in seen if t == lib.PN_DELIVERY] == [od]
+
+
+def test_take_prefixed_says_whether_the_transfer_starts_with_the_prefix() -> None:
+    pair = Pair()
+    for data, prefix, same in [(b"\x00Sr-stream-1:body", b"\x00Sr-stream-1:", 1),
+                               (b"\x00Sr-stream-2:body", b"\x00Sr-stream-1:", 0),
+                               (b"short", b"shorter", 0),                # the prefix is longer
+                               (b"anything", b"", 0)]:                  # no prefix: never the same
+        pair.send(data)
+        d = pair.arrived()
+        r = hotpath.take_prefixed(d, pair.receiver, pair.buf, 1024, prefix, len(prefix))
+        assert r == len(data) << 2 | same << 1
+        assert ffi.buffer(pair.buf, len(data))[:] == data
+    pair.send(b"x" * 50, settle=True)
+    d = pair.arrived()
+    assert hotpath.take_prefixed(d, pair.receiver, pair.buf, 10, b"x", 1) == hotpath.TOO_LARGE
+    assert hotpath.take_prefixed(d, pair.receiver, pair.buf, 1024, b"x", 1) == 50 << 2 | 2 | 1
