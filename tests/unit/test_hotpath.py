@@ -374,3 +374,11 @@ def test_take_prefixed_says_whether_the_transfer_starts_with_the_prefix() -> Non
     d = pair.arrived()
     assert hotpath.take_prefixed(d, pair.receiver, pair.buf, 10, b"x", 1) == hotpath.TOO_LARGE
     assert hotpath.take_prefixed(d, pair.receiver, pair.buf, 1024, b"x", 1) == 50 << 2 | 2 | 1
+
+
+def test_a_proton_whose_signatures_differ_is_refused(monkeypatch) -> None:
+    wrong = tuple((name, "void(*)(void)") if name == "pn_link_send" else (name, sig)
+                  for name, sig in hotpath.FUNCTIONS)
+    monkeypatch.setattr(hotpath, "FUNCTIONS", wrong)
+    with pytest.raises(ImportError, match="pn_link_send"):
+        hotpath._check()
