@@ -1,6 +1,11 @@
 # meshrouter: `make run` starts the four-node mesh demo, `make test` runs the whole suite.
 VENV   ?= .venv
-PYTHON ?= python3
+# The interpreter the venv is made from: the distribution's /usr/bin/python3 when it is 3.11+ and can make a
+# venv, else python3 from the PATH. Debian's links the interpreter statically; pyenv's default build here
+# (--enable-shared, no --enable-optimizations) costs the node ~12% more CPU per message (BENCHMARKS.md,
+# "The hot path in C").
+PYTHON ?= $(shell /usr/bin/python3 -c 'import sys, ensurepip; assert sys.version_info >= (3, 11)' \
+            2>/dev/null && echo /usr/bin/python3 || echo python3)
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
@@ -8,7 +13,7 @@ STAMP   = $(VENV)/.installed
 
 $(STAMP): pyproject.toml scripts/system-deps.sh
 	bash scripts/system-deps.sh
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# python-qpid-proton builds its Proton-C extension from source here (gcc, OpenSSL, SASL).
 	$(PY) -m pip install -q --no-binary python-qpid-proton -e '.[test]'

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages needed to compile python-qpid-proton from source (C compiler,
 # Python headers, OpenSSL and Cyrus SASL headers found through pkg-config: without them pip builds
-# Proton without TLS or Cyrus SASL, silently), what TLS and SASL need at run time (Cyrus' PLAIN and
-# ANONYMOUS plugins and its sasldb backend, saslpasswd2 to manage a sasldb, the openssl command the
-# tests make certificates with), a Java runtime for PySpark (`meshrouter analyze`) and, optionally,
-# the Proton-C library the benchmark load generator links against, and Chromium for the browser tests.
+# Proton without TLS or Cyrus SASL, silently), venv support for the distribution's python3 (the Makefile
+# prefers it), what TLS and SASL need at run time (Cyrus' PLAIN and ANONYMOUS plugins and its sasldb
+# backend, saslpasswd2 to manage a sasldb, the openssl command the tests make certificates with), a Java
+# runtime for PySpark (`meshrouter analyze`) and, optionally, the Proton-C library the benchmark load
+# generator links against, and Chromium for the browser tests.
 # Does nothing when everything is already there; needs root (or sudo) otherwise.
 set -euo pipefail
-want=(gcc make pkg-config python3-dev libssl-dev libsasl2-dev
+want=(gcc make pkg-config python3-dev python3-venv libssl-dev libsasl2-dev
       libsasl2-modules libsasl2-modules-db sasl2-bin openssl)
 [ "${WITH_BENCH:-0}" = 1 ] && want+=(libqpid-proton11-dev)
 missing=()
