@@ -1,9 +1,10 @@
 """Compile router/adapter/hotpath.c into the extension module `router.adapter._hotpath` (cffi, API mode).
 
 `make` runs this (`python router/adapter/hotpath_build.py`); it does nothing when the module in the tree was
-built from the same source. It needs what building python-qpid-proton already needed: a C compiler and the
-Python headers (scripts/system-deps.sh). The module records a hash of its source, so a node started with a
-stale build says so instead of running it (router/adapter/hotpath.py).
+built from the same source. A wheel (`pip install .`) builds it through setup.py (`cffi_modules`). It needs
+what building python-qpid-proton already needed: a C compiler and the Python headers
+(scripts/system-deps.sh). The module records a hash of its source, so a node started with a stale build
+says so instead of running it (router/adapter/hotpath.py).
 """
 
 from __future__ import annotations
@@ -45,21 +46,26 @@ def target() -> Path:
     return HERE / (MODULE + sysconfig.get_config_var("EXT_SUFFIX"))
 
 
-def build(force: bool = False) -> Path:
-    """Compile the module unless the one in the tree was built from the current source."""
+def ffibuilder() -> object:
+    """The cffi builder of the module (also what setup.py's `cffi_modules` builds a wheel with)."""
     from cffi import FFI
 
     text = SOURCE.read_text()
-    digest = source_hash(text)
-    out = target()
-    if not force and out.exists() and digest.encode() in out.read_bytes():
-        return out
     builder = FFI()
     builder.cdef(CDEF)
-    builder.set_source(MODULE, f'{text}\nstatic const char *hp_source(void) {{ return "{digest}"; }}\n',
+    builder.set_source(f"router.adapter.{MODULE}",
+                       f'{text}\nstatic const char *hp_source(void) {{ return "{source_hash(text)}"; }}\n',
                        extra_compile_args=["-O2"])
+    return builder
+
+
+def build(force: bool = False) -> Path:
+    """Compile the module into the source tree unless the one there was built from the current source."""
+    out = target()
+    if not force and out.exists() and source_hash(SOURCE.read_text()).encode() in out.read_bytes():
+        return out
     with tempfile.TemporaryDirectory(prefix="hotpath-") as tmp:
-        built = builder.compile(tmpdir=tmp, verbose=False)
+        built = ffibuilder().compile(tmpdir=tmp, verbose=False)
         staged = out.with_name(out.name + ".new")
         shutil.copyfile(built, staged)
         os.replace(staged, out)        # a new file: a node running the old one keeps its mapping
