@@ -242,7 +242,7 @@ class Engine:
                     if handler is not None:
                         handler(out[0])
             except Exception:           # a bug handling one event closes that connection only
-                self._handler_failed(out[0], t)
+                self._handler_failed(out[0], t if t < SETTLED else PN_DELIVERY)
             t = step(coll, 1, out)
         if self.recently_dead:
             self.recently_dead.clear()          # their events were handled in this pass

@@ -72,3 +72,48 @@ def test_exception_in_a_handler_closes_only_that_connection(caplog):
     _exchange(engine, conn2, theirs2, t2)
     assert client2.remote_condition is None
     assert client2.state & PnConnection.REMOTE_ACTIVE
+
+
+def test_exception_handling_a_consumers_outcome_closes_only_that_connection(caplog):
+    """A consumer's outcome comes to `Deliveries.on_settled` straight from the event loop
+    (hotpath.SETTLED): a bug there is reported as a PN_DELIVERY event, closes the connection, and the event
+    is not handled again."""
+    from proton import Delivery, Message
+
+    engine = Engine(RouterCore("A", AddressRules([])), "A", 16)
+    calls = []
+
+    def boom(od, outcome, c=None):
+        calls.append(outcome)
+        raise RuntimeError("injected outcome fault")
+
+    engine.deliveries.on_settled = boom
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    theirs.setblocking(False)
+    conn = engine.add_connection(ours, "peer")
+    t, client = _client_bytes()                     # a receiver on "q"
+    receiver = client.link_head(0)
+    receiver.flow(10)
+    snd = client.session_head(0).sender("s")
+    snd.target.address = "q"
+    snd.open()
+    _exchange(engine, conn, theirs, t)
+    assert snd.credit > 0
+    dlv = snd.delivery(b"1")
+    snd.send(Message(body="hello").encode())
+    snd.advance()
+    _exchange(engine, conn, theirs, t)
+    got = receiver.current
+    assert got is not None and got.readable
+    with caplog.at_level(logging.ERROR, logger="router.adapter.engine"):
+        got.update(Delivery.ACCEPTED)
+        got.settle()
+        _exchange(engine, conn, theirs, t)
+        _exchange(engine, conn, theirs, t)
+    assert calls == [Delivery.ACCEPTED]             # once: the event was popped after the failure
+    assert "internal error handling PN_DELIVERY" in caplog.text
+    assert "injected outcome fault" in caplog.text
+    assert client.remote_condition is not None
+    assert client.remote_condition.name == "amqp:internal-error"
+    assert dlv.remote_state != Delivery.ACCEPTED    # the failed outcome was not passed on
