@@ -196,8 +196,10 @@ def test_inter_router_links_carry_the_traffic_along_its_route(observed, node, pe
 def test_zero_credit_seconds_of_a_producer_without_consumer(observed):
     c = observed.json("stuck-l-C")["C"]
     idle = one_link(c, linkType="endpoint", owningAddr=IDLE)
-    before, after = observed.idle_seconds        # sampled every second: up to ~1 s behind the query
-    assert before - 1.5 <= idle["zeroCreditSeconds"] <= after + 0.5, (idle, before, after)
+    # The agent samples every second and counts a link from the second sample that sees it (up to ~2 s
+    # behind the wall clock), and the table gives whole seconds (up to 1 s more): 9 against 10.8 s once.
+    before, after = observed.idle_seconds
+    assert before - 3.0 <= idle["zeroCreditSeconds"] <= after + 0.5, (idle, before, after)
     work = one_link(c, linkType="endpoint", owningAddr=WORK)
     assert work["zeroCreditSeconds"] == 0
 

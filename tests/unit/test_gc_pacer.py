@@ -89,5 +89,8 @@ def test_full_collections_are_spaced_and_counted_in_the_snapshot(pacer):
     run(pacer, now, 1.0, busy_share=0.0, busy0=busy)
     assert pacer.full_collections == 2
     snap = pacer.snapshot()
-    assert snap["full_collections"] == 2 and snap["frozen"] == gc.get_freeze_count()  # just re-counted
+    assert snap["full_collections"] == 2
+    # re-counted at the full collection: frozen objects freed since (another thread of the test process;
+    # 5 of ~273,000 once) make the real count a little lower, never higher
+    assert 0 <= snap["frozen"] - gc.get_freeze_count() <= 1000
     assert snap["longest_pause_ms"] >= 0
