@@ -57,6 +57,9 @@ PATHS = ("node", "ingress", "egress", "transit", "node-presettled", "node-rpc")
 ADDRESS = "balanced/instr"
 
 
+CALLGRIND_SLOWDOWN = 50     # a message takes ~50x longer under callgrind than at full speed
+
+
 def node_config(tmp: Path, node: str, client: int, inter: int | None, dial: list[int]) -> Path:
     data: dict = {"node": {"id": node},
                   "listeners": [{"host": "127.0.0.1", "port": client, "role": "normal"}],
@@ -68,6 +71,19 @@ def node_config(tmp: Path, node: str, client: int, inter: int | None, dial: list
     path = tmp / f"{node}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def scale_read_turns(cfg: Path, tree: Path) -> None:
+    """The read turns (router/node/server.py) judge a client's reads by their CPU time: scale their
+    thresholds by the slowdown, so that a read counts as heavy under callgrind when it would at full speed.
+    At full speed none of these runs' reads do (readsDeferred stays 0 over 200,000 messages); unscaled,
+    callgrind alone made them heavy and the single-node hop paid ~1,500 instructions per message for
+    deferring them. Trees from before `node.heavy_read` ran unscaled."""
+    if "heavy_read" not in (tree / "router" / "config" / "model.py").read_text():
+        return
+    data = yaml.safe_load(cfg.read_text())
+    data["node"].update(heavy_read=0.001 * CALLGRIND_SLOWDOWN, read_budget=0.005 * CALLGRIND_SLOWDOWN)
+    cfg.write_text(yaml.safe_dump(data))
 
 
 def wait_ready(proc: subprocess.Popen, log: Path, timeout: float) -> None:
@@ -91,14 +107,25 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
         try:
             for n in others:
                 cfg = node_config(tmp, n, ports[n][0], ports[n][1], [])
-                procs[n] = subprocess.Popen([sys.executable, "-m", "router", "run", str(cfg)], cwd=tree,
-                                            env=env, stdout=open(tmp / f"{n}.out", "w"),
+                # the neighbours run as slowly as M (under callgrind too, counting into nothing), so that
+                # M's batches are what they are at full speed, where all nodes run at one speed
+                slowed = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] \
+                    if a.slow_neighbours else []
+                if slowed:
+                    scale_read_turns(cfg, tree)
+                procs[n] = subprocess.Popen([*slowed, sys.executable, "-m", "router", "run", str(cfg)],
+                                            cwd=tree, env=env, stdout=open(tmp / f"{n}.out", "w"),
                                             stderr=subprocess.STDOUT)
-                wait_ready(procs[n], tmp / f"{n}.out", 30)
+                wait_ready(procs[n], tmp / f"{n}.out", 180 if slowed else 30)
             cfg = node_config(tmp, "M", ports["M"][0], None, [ports[n][1] for n in others])
+            scale_read_turns(cfg, tree)
+            # callgrind counts each byte a `rep movsb` moves as an instruction, and glibc's memcpy uses it
+            # above a few KB: large copies (socket batches) would weigh ~30x what they cost. With the
+            # threshold out of reach, memcpy copies with vector moves, counted about as they run.
+            env_m = {**env, "GLIBC_TUNABLES": "glibc.cpu.x86_rep_movsb_threshold=4294967295"}
             procs["M"] = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no",
                                            f"--callgrind-out-file={out}", sys.executable, "-m", "router",
-                                           "run", str(cfg)], cwd=tree, env=env,
+                                           "run", str(cfg)], cwd=tree, env=env_m,
                                           stdout=open(tmp / "M.out", "w"), stderr=subprocess.STDOUT)
             wait_ready(procs["M"], tmp / "M.out", 180)
             src = {"ingress": "M", "egress": "X", "transit": "X"}.get(path, "M")
@@ -197,6 +224,10 @@ def main() -> int:
                     help="first count the idle node for this long; report instructions per message net of "
                          "its timers' rate over the traffic's duration (under callgrind a message takes "
                          "~50x longer, so timers weigh ~50x more per message than at full speed)")
+    ap.add_argument("--slow-neighbours", action=argparse.BooleanOptionalAction, default=True,
+                    help="run M's neighbours (X, Y) under callgrind too, so that all nodes run at one speed "
+                         "as they do at full speed (without it, M's batches on a path through peers are "
+                         "smaller than at full speed: more per-batch work per message)")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy each run's callgrind file into this directory")
     a = ap.parse_args()

@@ -39,10 +39,13 @@ from router.adapter.hotpath import (
     PARTIAL,
     find_to,
     send,
-    send_spliced,
+    send_inserted,
+    send_stream,
+    set_buffer,
+    set_stream,
     settle_pair,
     take,
-    take_prefixed,
+    take_peer,
 )
 from router.adapter.hotpath import outcome as take_outcome
 from router.adapter.outcomes import NodeOutcome, OutcomeSnapshot, Rejection, copy_outcome, oversize
@@ -100,6 +103,8 @@ class Deliveries:
         self._bufsize = 64 * 1024
         self.buf = ffi.new("char[]", self._bufsize)
         self.view = memoryview(ffi.buffer(self.buf))    # the same bytes, indexed as ints
+        self.reader = hotpath.reader(self.buf, self._bufsize)     # reads into it, follows a peer stream
+        self.stream: tuple | None = None     # that stream: its section and growth (`_follow`)
         self._tagnum = hotpath.TAG_COUNTER    # delivery tags: hotpath.send draws from the same counter
         self._tag = hotpath.TAG
 
@@ -109,6 +114,7 @@ class Deliveries:
             self._bufsize = max(n, self._bufsize * 2)
             self.buf = ffi.new("char[]", self._bufsize)
             self.view = memoryview(ffi.buffer(self.buf))
+            set_buffer(self.reader, self.buf, self._bufsize)
         return self.buf
 
     def new_delivery(self, link: object) -> object:
@@ -143,7 +149,7 @@ class Deliveries:
             self._from_peer(d, link, rec)
             return
         buf = self.buf
-        n = take(d, link, buf, self._bufsize)
+        n = take(d, link, self.reader)
         if n < 0:
             if n != NOT_READABLE:
                 self._not_taken(d, link, rec, n)
@@ -302,12 +308,10 @@ class Deliveries:
     def _from_peer(self, d: object, link: object, p: Producer) -> None:
         """A transfer from a peer node. The common case (a complete message for an anycast address,
         annotations as a meshrouter ingress writes them) is read from the table of sections seen before
-        (router.amqp.peersections: `take_prefixed` compares the message with the last one's start) and
-        forwarded from the read buffer; anything else takes `_from_router`."""
-        last = self.peer_sections.last             # the same stream as the last message: the usual case
-        prefix = last[0] if last is not None else b""
-        buf = self.buf
-        r = take_prefixed(d, link, buf, self._bufsize, prefix, len(prefix))
+        (router.amqp.peersections) and forwarded from the read buffer; anything else takes `_from_router`.
+        The reader follows one stream (`take_peer` compares each message with its last one's start, and
+        `send_stream` sends the message with that start rewritten), so the usual message is not copied."""
+        r = take_peer(d, link, self.reader)
         if r < 0:
             if r != NOT_READABLE:
                 self._not_taken(d, link, p, r)
@@ -318,17 +322,16 @@ class Deliveries:
             self._reject(d, p, presettled, oversize(p.conn.max_message_size))
             return
         if r & 2:
-            end, to_peer, to_client, s = last[1]
+            s, grow, found = self.stream
         else:
-            data = self.view[:n].tobytes()
-            found = self.peer_sections.find(data)
+            found = self.peer_sections.find(self.view[:n].tobytes())
             if found is None:
-                self._from_router(d, p, data, presettled)
+                self._from_router(d, p, self.view[:n].tobytes(), presettled)
                 return
-            end, to_peer, to_client, s = found
+            s, grow, found = self._follow(found)
         core = self.core
         key = s.key
-        routed = core.route_from_peer(p, key, p.conn.router.node_id, s.hops)
+        routed = core.route_from_peer(p, key, s.hops)
         if routed is None:                      # multicast
             self._from_router(d, p, self.view[:n].tobytes(), presettled)
             return
@@ -339,17 +342,29 @@ class Deliveries:
         if c is None:
             self._unroutable(d, p, presettled, key, n)
             return
-        head = to_client if c.peer is None else to_peer
+        to_client = c.peer is None
         if c.busy:
+            end, to_peer, head, _ = found
+            if not to_client:
+                head = to_peer
             core.hold(c, Held(head + self.view[end:n], d, p, presettled, None, key, s.ann, rd))
             return
-        od = send_spliced(c.handle, buf, n, 0, end, head, len(head))    # head + the message from `end`
-        n += len(head) - end
+        od = send_stream(c.handle, self.reader, to_client)     # the message, its start rewritten
+        n += grow[to_client]
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,
                          -1 if obs is None else obs.route_of(key, p, c, s.ann, rd))
         if mode:
             self._settled_on_the_way(mode, d, od, p, key, c, s.ann, rd, n)
+
+    def _follow(self, found: tuple) -> tuple:
+        """Make the stream `found` (PeerSections.find, of the message in the read buffer) the reader's:
+        returns its section, how much longer a message gets toward a peer and toward a client, and
+        `found`."""
+        end, to_peer, to_client, s = found
+        set_stream(self.reader, self.buf, end, to_peer, len(to_peer), to_client, len(to_client))
+        self.stream = stream = (s, (len(to_peer) - end, len(to_client) - end), found)
+        return stream
 
     def _ingress(self, d: object, p: Producer, a: Address, buf: object, n: int, presettled: bool) -> None:
         """A client's complete message (`buf[:n]`, the read buffer) on a named link for address `a`,
@@ -373,7 +388,7 @@ class Deliveries:
         section = self.ingress_sections[key]
         c = rd.out
         m = len(section)
-        od = send_spliced(c.handle, buf, n, at, at, section, m)     # the section inserted at `at`
+        od = send_inserted(c.handle, self.reader, at, section, m)     # the section inserted at `at`
         n += m
         self.dirty.add(c.conn)
         mode = core.sent(p, c, d, od, presettled, rd, n,

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
@@ -103,61 +104,135 @@ static int hp_next(void *coll, int pop, void **out)
     }
 }
 
-/* Receive a complete transfer into `buf` (at most `cap` bytes) and advance the link past it.
+/* What the node reads transfers into, and the stream of messages from peers it compares them with.
+ * Passing these once instead of with every call saves the argument conversions cffi makes per call
+ * (~100 instructions each; a transit hop made 13 of them). */
+typedef struct hp_reader {
+    char *buf;              /* the read buffer (the node's, kept alive by it) */
+    size_t cap;             /* its size */
+    size_t n;               /* the size of the last transfer taken */
+    char *prefix;           /* the stream: the start of its last message, up to the end of its annotations */
+    size_t plen;            /* 0: none */
+    char *head[2];          /* what replaces the prefix toward a peer (0) or a client (1) */
+    size_t hlen[2];
+    size_t room;            /* bytes allocated at prefix (the prefix and both heads) */
+} hp_reader_t;
+
+static hp_reader_t *hp_reader_new(void)
+{
+    return calloc(1, sizeof(hp_reader_t));
+}
+
+static void hp_reader_free(hp_reader_t *r)
+{
+    if (r) free(r->prefix);
+    free(r);
+}
+
+/* The read buffer (again when it grows). */
+static void hp_reader_buffer(hp_reader_t *r, char *buf, size_t cap)
+{
+    r->buf = buf;
+    r->cap = cap;
+}
+
+/* Follow a new stream: messages that start with prefix[0:plen] are sent on with it replaced by to_peer or
+ * to_client (hp_send_stream). The bytes are copied. Returns 0, or -1 when there is no memory for them (no
+ * stream then, as with plen 0: nothing compares equal). */
+static int hp_reader_stream(hp_reader_t *r, const char *prefix, size_t plen, const char *to_peer, size_t lp,
+                            const char *to_client, size_t lc)
+{
+    size_t need = plen + lp + lc;
+    r->plen = 0;
+    if (plen == 0) return 0;            /* no stream: nothing compares equal */
+    if (need > r->room) {
+        char *room = realloc(r->prefix, need);
+        if (!room) return -1;
+        r->prefix = room;
+        r->room = need;
+    }
+    memcpy(r->prefix, prefix, plen);
+    r->head[0] = r->prefix + plen;
+    memcpy(r->head[0], to_peer, lp);
+    r->hlen[0] = lp;
+    r->head[1] = r->head[0] + lp;
+    memcpy(r->head[1], to_client, lc);
+    r->hlen[1] = lc;
+    r->plen = plen;
+    return 0;
+}
+
+/* Receive a complete transfer into the reader's buffer and advance the link past it.
  * Returns (size << 1) | pre-settled, or, having read nothing unless said: -1 not readable, -2 partial
- * (a message still arriving), -3 aborted (and pre-settled), -4 larger than `cap`, -5 empty (read and
+ * (a message still arriving), -3 aborted (and pre-settled), -4 larger than the buffer, -5 empty (read and
  * advanced past). */
-static int64_t hp_take(void *d, void *link, char *buf, size_t cap)
+static int64_t hp_take(void *d, void *link, hp_reader_t *r)
 {
     if (!pn.delivery_readable(d)) return -1;
     if (pn.delivery_partial(d)) return -2;
     bool settled = pn.delivery_settled(d);
     if (settled && pn.delivery_aborted(d)) return -3;
     size_t n = pn.delivery_pending(d);
-    if (n > cap) return -4;
-    ssize_t got = pn.link_recv(link, buf, n);
+    if (n > r->cap) return -4;
+    ssize_t got = pn.link_recv(link, r->buf, n);
     pn.link_advance(link);
     if (got < 0) return -5;
+    r->n = (size_t)got;
     return ((int64_t)got << 1) | (settled ? 1 : 0);
 }
 
-/* hp_take for a transfer from a peer node, also comparing its start with `prefix` (the start of the last
- * message of that stream, up to the end of its annotations): (size << 2) | (it starts so) << 1 |
- * pre-settled, or hp_take's negative codes. */
-static int64_t hp_take_prefixed(void *d, void *link, char *buf, size_t cap, const char *prefix, size_t plen)
+/* hp_take for a transfer from a peer node, also saying whether it starts with the stream's prefix:
+ * (size << 2) | (it does) << 1 | pre-settled, or hp_take's negative codes. */
+static int64_t hp_take_peer(void *d, void *link, hp_reader_t *r)
 {
-    int64_t r = hp_take(d, link, buf, cap);
-    if (r < 0) return r;
-    size_t n = (size_t)(r >> 1);
-    int same = plen > 0 && n >= plen && memcmp(buf, prefix, plen) == 0;
-    return (int64_t)n << 2 | same << 1 | (r & 1);
+    int64_t got = hp_take(d, link, r);
+    if (got < 0) return got;
+    size_t n = r->n, plen = r->plen;
+    int same = plen > 0 && n >= plen && memcmp(r->buf, r->prefix, plen) == 0;
+    return (int64_t)n << 2 | same << 1 | (got & 1);
+}
+
+/* A new delivery on `link` with a fresh tag. */
+static void *new_delivery(void *link)
+{
+    ++*tag_counter;
+    hp_bytes_t tag = {sizeof(uint64_t), (const char *)tag_counter};
+    return pn.delivery(link, tag);
 }
 
 /* Send `n` bytes as one complete new delivery on `link` (a fresh tag); returns the delivery. */
 static void *hp_send(void *link, const char *data, size_t n)
 {
-    ++*tag_counter;
-    hp_bytes_t tag = {sizeof(uint64_t), (const char *)tag_counter};
-    void *od = pn.delivery(link, tag);
+    void *od = new_delivery(link);
     pn.link_send(link, data, n);
     pn.link_advance(link);
     return od;
 }
 
-/* Send data[0:cut_from] + insert[0:m] + data[cut_to:n] as one complete new delivery on `link` (a message
- * with a section inserted or replaced, without joining it first); returns the delivery. Cut points beyond
- * the data are clamped to it. */
-static void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_from, size_t cut_to,
-                             const char *insert, size_t m)
+/* Send the last transfer taken with the stream's prefix replaced by its head toward a client (`to_client`)
+ * or a peer, as one complete new delivery on `link`; returns the delivery. */
+static void *hp_send_stream(void *link, hp_reader_t *r, int to_client)
 {
-    if (cut_to > n) cut_to = n;
-    if (cut_from > cut_to) cut_from = cut_to;
-    ++*tag_counter;
-    hp_bytes_t tag = {sizeof(uint64_t), (const char *)tag_counter};
-    void *od = pn.delivery(link, tag);
-    if (cut_from) pn.link_send(link, data, cut_from);
+    size_t n = r->n, cut = r->plen < n ? r->plen : n;
+    int k = to_client ? 1 : 0;
+    void *od = new_delivery(link);
+    if (r->hlen[k]) pn.link_send(link, r->head[k], r->hlen[k]);
+    if (n > cut) pn.link_send(link, r->buf + cut, n - cut);
+    pn.link_advance(link);
+    return od;
+}
+
+/* Send the last transfer taken with insert[0:m] inserted at `at` (clamped to its end), as one complete new
+ * delivery on `link` (an ingress adding its annotations without joining the message first); returns the
+ * delivery. */
+static void *hp_send_inserted(void *link, hp_reader_t *r, size_t at, const char *insert, size_t m)
+{
+    size_t n = r->n;
+    if (at > n) at = n;
+    void *od = new_delivery(link);
+    if (at) pn.link_send(link, r->buf, at);
     if (m) pn.link_send(link, insert, m);
-    if (n > cut_to) pn.link_send(link, data + cut_to, n - cut_to);
+    if (n > at) pn.link_send(link, r->buf + at, n - at);
     pn.link_advance(link);
     return od;
 }

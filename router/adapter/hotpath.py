@@ -7,13 +7,19 @@ crossing (see hotpath.c for what each does):
 - `next_event(collector, pop, out)`: pop the current event, skip transport events, return the next type
   with the event, its delivery and the delivery's link (or the flow's link) in `out`; a delivery event
   on a sending link that brought a terminal outcome is `SETTLED + outcome`;
-- `take(d, link, buf, cap)`: receive a complete transfer and advance past it: `(size << 1) | presettled`
+- `reader(buf, cap)`: what transfers are read into (`buf`, which the caller keeps alive; `set_buffer` when
+  it grows) and the stream of messages from peers they are compared with (`set_stream`): passed once
+  rather than as arguments of every call, since cffi converts each argument of each call;
+- `take(d, link, reader)`: receive a complete transfer and advance past it: `(size << 1) | presettled`
   or a negative code (`NOT_READABLE`, `PARTIAL`, `ABORTED`, `TOO_LARGE`, `EMPTY`);
-- `take_prefixed(d, link, buf, cap, prefix, plen)`: `take` for a transfer from a peer node that also says
-  whether it starts with `prefix`: `(size << 2) | (it does) << 1 | presettled`, or the same codes;
+- `take_peer(d, link, reader)`: `take` for a transfer from a peer node that also says whether it starts
+  with the stream's prefix: `(size << 2) | (it does) << 1 | presettled`, or the same codes;
+- `set_stream(reader, prefix, plen, to_peer, lp, to_client, lc)`: the stream to compare with, and what
+  replaces its prefix toward a peer or a client (copied);
 - `send(link, data, n)`: one complete new delivery with a fresh tag;
-- `send_spliced(link, data, n, cut_from, cut_to, insert, m)`: the same for `data[:cut_from] + insert[:m]
-  + data[cut_to:n]` (a section inserted or replaced without joining the message first);
+- `send_stream(link, reader, to_client)`: the last transfer taken, its stream's prefix replaced;
+- `send_inserted(link, reader, at, insert, m)`: the last transfer taken with `insert[:m]` inserted at
+  `at` (an ingress's annotations, without joining the message first);
 - `find_to(data, n)`: where an encoded message's properties.to is, `(offset << 32) | length`, for the usual
   encodings; -1 for anything else (the caller reads the message the general way);
 - `outcome(od)`: a consumer's terminal outcome, ACCEPTED if it settled without one, else 0;
@@ -100,12 +106,25 @@ def _init() -> None:
         raise ImportError(f"hotpath.c takes {expected} Proton functions, hotpath.py gives {len(FUNCTIONS)}")
 
 
+def reader(buf: object, cap: int) -> object:
+    """A reader over the buffer `buf` of `cap` bytes, freed with its last reference."""
+    r = lib.hp_reader_new()
+    if r == NULL:
+        raise MemoryError("hotpath reader")
+    r = ffi.gc(r, lib.hp_reader_free)
+    lib.hp_reader_buffer(r, buf, cap)
+    return r
+
+
 _init()
 next_event = lib.hp_next
+set_buffer = lib.hp_reader_buffer
+set_stream = lib.hp_reader_stream
 take = lib.hp_take
-take_prefixed = lib.hp_take_prefixed
+take_peer = lib.hp_take_peer
 send = lib.hp_send
-send_spliced = lib.hp_send_spliced
+send_stream = lib.hp_send_stream
+send_inserted = lib.hp_send_inserted
 outcome = lib.hp_outcome
 settle_pair = lib.hp_settle_pair
 find_to = lib.hp_find_to

@@ -24,11 +24,17 @@ MODULE = "_hotpath"
 CDEF = """
 int hp_init(void **fns, int n, int delivery, int link_flow, int transport, uint64_t *tags);
 int hp_next(void *coll, int pop, void **out);
-int64_t hp_take(void *d, void *link, char *buf, size_t cap);
-int64_t hp_take_prefixed(void *d, void *link, char *buf, size_t cap, const char *prefix, size_t plen);
+typedef struct hp_reader hp_reader_t;
+hp_reader_t *hp_reader_new(void);
+void hp_reader_free(hp_reader_t *r);
+void hp_reader_buffer(hp_reader_t *r, char *buf, size_t cap);
+int hp_reader_stream(hp_reader_t *r, const char *prefix, size_t plen, const char *to_peer, size_t lp,
+                     const char *to_client, size_t lc);
+int64_t hp_take(void *d, void *link, hp_reader_t *r);
+int64_t hp_take_peer(void *d, void *link, hp_reader_t *r);
 void *hp_send(void *link, const char *data, size_t n);
-void *hp_send_spliced(void *link, const char *data, size_t n, size_t cut_from, size_t cut_to,
-                      const char *insert, size_t m);
+void *hp_send_stream(void *link, hp_reader_t *r, int to_client);
+void *hp_send_inserted(void *link, hp_reader_t *r, size_t at, const char *insert, size_t m);
 uint64_t hp_outcome(void *od);
 void hp_settle_pair(void *d, uint64_t state, void *out);
 int64_t hp_find_to(const char *data, size_t n);

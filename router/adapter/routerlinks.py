@@ -110,7 +110,8 @@ class RouterLink:
 class RouterPeer:
     """What a node knows about the peer at the other end of an inter-router connection."""
 
-    __slots__ = ("node_id", "cost", "control_in", "control_out", "data_in", "data_out", "up", "data_consumer")
+    __slots__ = ("node_id", "cost", "control_in", "control_out", "data_in", "data_out", "up", "data_consumer",
+                 "heard_due")
 
     def __init__(self, node_id: str, cost: int) -> None:
         self.node_id = node_id
@@ -121,6 +122,7 @@ class RouterPeer:
         self.data_out: object = None
         self.up = False             # both control links open both ways: the control plane uses it
         self.data_consumer: object = None  # the forwarding core's record of our data-out link
+        self.heard_due = 0.0        # when input from it next tells the control plane it is alive
 
     def add(self, rl: RouterLink) -> None:
         slot = ("control" if rl.kind == CONTROL else "data") + ("_out" if rl.outgoing else "_in")
@@ -325,6 +327,10 @@ class RouterLinks:
         if self.core.local_changes:
             for key, present in self.core.take_local_address_changes():
                 mesh.local_address(key, present)
+        elif not (mesh.backlog or mesh.pending or self._route_backlog) and \
+                self._routes_synced == (mesh.ls.routes_epoch, self._links_epoch) and \
+                not mesh.ls.address_changes_pending():
+            return                      # nothing changed: most pumps
         start = time.perf_counter()
         bulk_turn = self._bulk.due(start)
         if mesh.backlog and bulk_turn:  # large control messages (MAUs), a turn of them

@@ -264,6 +264,13 @@ class NodeConfig:
     log_levels: Mapping[str, str] = declare(
         c.log_levels(_log_level), "per-module levels, e.g. `{router.node: debug}`", factory=_empty_mapping,
         hash=False, group="node")
+    heavy_read: float = declare(
+        _timer, "CPU seconds a read of a client connection may take before the connection counts as heavy "
+                "(its reads then take turns with the other heavy ones)", 0.001, group="node")
+    read_budget: float = declare(
+        _timer, "CPU seconds per event-loop turn for reads of heavy client connections; the others wait for "
+                "the next turn (peers and light connections are always read at once)", 0.005,
+        group="node")
     connectors: tuple[ConnectorConfig, ...] = declare(
         c.list_of(section(ConnectorConfig), "connectors"), "peer nodes this node dials and keeps connected "
                                                            "(retry 0.02 s doubling to 5 s)", ())

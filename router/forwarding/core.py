@@ -173,6 +173,7 @@ class RouterCore(Settlement):
         """The data-in link from peer node `peer`: routed per message, credit replenished on forwarding."""
         p = Producer(handle, conn, None, "_router/" + peer)
         p.router = True
+        p.peer = peer
         self._grant.add(p)
         self.producers.add(p)
         return p
@@ -285,7 +286,7 @@ class RouterCore(Settlement):
             self._grant.add(p)
         if a is None:
             return NOWHERE
-        if ann is not None and len(ann.trace) > self.radius + 1:
+        if ann is not None and len(ann.trace) > self.hop_limit:
             self.counters["hop_limit"] += 1     # crossed more nodes than any shortest path has: a loop
             return NOWHERE
         if a.multicast:
@@ -325,16 +326,16 @@ class RouterCore(Settlement):
                 return (HOLD, out, rd) if out.busy else rd
         return self.route_mesh(p, a, presettled)
 
-    def route_from_peer(self, p: Producer, key: str, came_from: str, hops: int
+    def route_from_peer(self, p: Producer, key: str, hops: int
                         ) -> tuple[Consumer | None, RemoteDest | None] | None:
-        """`resolve` and `route_mesh` for the common delivery from peer node `came_from`: complete, for
-        routing key `key`, having crossed `hops` nodes. Returns the consumer (a local one, or the data-out
-        link toward remote destination `rd`) and `rd`; (None, None): nowhere (RELEASED or dropped); None
-        for a multicast address, left to `route_mesh` (nothing was counted). The single-destination
-        cases, the usual ones on a transit or egress hop, are decided here; the others by `pick_mesh`, as
-        in `route_mesh`."""
+        """`resolve` and `route_mesh` for the common delivery from peer node `p.peer` (its data-in link):
+        complete, for routing key `key`, having crossed `hops` nodes. Returns the consumer (a local one, or
+        the data-out link toward remote destination `rd`) and `rd`; (None, None): nowhere (RELEASED or
+        dropped); None for a multicast address, left to `route_mesh` (nothing was counted). The
+        single-destination cases, the usual ones on a transit or egress hop, are decided here; the others
+        by `pick_mesh`, as in `route_mesh`."""
         a = self.addresses.get(key)
-        if a is not None and hops <= self.radius + 1 and not a.multicast:     # the usual cases, first
+        if a is not None and hops <= self.hop_limit and not a.multicast:     # the usual cases, first
             consumers = a.consumers
             if consumers:
                 if len(consumers) == 1:
@@ -349,12 +350,12 @@ class RouterCore(Settlement):
                 if len(remote) == 1:
                     rd = remote[0]
                     out = rd.out
-                    if out.alive and out.peer != came_from:
+                    if out.alive and out.peer != p.peer:
                         p.credit -= 1
                         self._grant.add(p)
                         a.transit += 1
                         return out, rd
-        return self._route_from_peer(p, key, came_from, hops)
+        return self._route_from_peer(p, key, p.peer, hops)
 
     def _route_from_peer(self, p: Producer, key: str, came_from: str, hops: int
                          ) -> tuple[Consumer | None, RemoteDest | None] | None:
@@ -370,7 +371,7 @@ class RouterCore(Settlement):
         self._grant.add(p)
         if a is None:
             return None, None
-        if hops > self.radius + 1:
+        if hops > self.hop_limit:
             self.counters["hop_limit"] += 1     # crossed more nodes than any shortest path has: a loop
             return None, None
         consumers = a.consumers

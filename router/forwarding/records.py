@@ -91,7 +91,7 @@ class Producer:
     """A link on which a client (or a peer node's data-out link) sends to the node."""
 
     __slots__ = ("handle", "conn", "address", "credit", "in_flight", "draining", "delivered", "alive",
-                 "name", "router", "outcomes", "presettled", "zero_credit")
+                 "name", "router", "peer", "outcomes", "presettled", "zero_credit")
 
     def __init__(self, handle: object, conn: object, address: Address | None, name: str) -> None:
         self.handle = handle
@@ -104,6 +104,7 @@ class Producer:
         self.delivered = 0
         self.alive = True
         self.router = False        # the data-in link from a peer node (routed by x-opt-qd.to)
+        self.peer: str | None = None   # that peer node's id (None: a client's link)
         self.outcomes = [0, 0, 0, 0]  # outcomes settled back to it: accepted, rejected, released, modified
         self.presettled = 0           # pre-settled deliveries it sent
         self.zero_credit = 0.0        # seconds seen with no credit from us (sampled by management)

@@ -40,6 +40,7 @@ class AddressTable:
         # mesh radius (hop limit) and, for multicast, node -> origins whose tree passes through us
         self.nodes: dict[str, tuple[int, Consumer]] = {}
         self.radius = 0
+        self.hop_limit = 1
         self._valid_origins: Callable[[], Mapping[str, frozenset[str]]] = dict
         self._origins_cache: Mapping[str, frozenset[str]] | None = None
         self._node_addresses: dict[str, Address] = {}   # node -> its `_topo/0/<node>/` route
@@ -161,6 +162,7 @@ class AddressTable:
         self.nodes = dict(nodes)
         self._link_entries.clear()      # they hold data-out links of the old view
         self.radius = radius
+        self.hop_limit = radius + 1     # more nodes crossed than any shortest path has: a loop
         self._valid_origins = valid_origins
         self._origins_cache = None
         for old in self._node_addresses.values():

@@ -289,6 +289,10 @@ class LinkStateEngine:
         """Ids of the other nodes that have mobile ``address`` (reachable or not)."""
         return self._remote.holders(address)
 
+    def address_changes_pending(self) -> bool:
+        """Whether `take_address_changes` would give anything (cheap: no set is made)."""
+        return self._remote.changes_pending()
+
     def take_address_changes(self) -> set[str] | None:
         """Mobile addresses whose holders changed since the last call (None on the first call: all), so
         that a route table follows in O(changed addresses)."""

@@ -150,6 +150,10 @@ class RemoteAddresses:
     def __len__(self) -> int:
         return len(self._index)
 
+    def changes_pending(self) -> bool:
+        """Whether `take_changed` would give anything (None counts: nobody has taken them yet)."""
+        return self._changed is None or bool(self._changed)
+
     def take_changed(self) -> set[str] | None:
         """Addresses whose holders changed since the last call; None on the first call (all of them)."""
         changed, self._changed = self._changed, set()

@@ -41,15 +41,15 @@ from router.node.mesh import MeshControl
 from router.policy.engine import Policy
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
+HEARD_EVERY = 0.01    # seconds: input from a peer tells the control plane it is alive at most this often
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
 FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about connections refused for want of fds
 # Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: a client connection whose
-# last read took more than HEAVY_READ of CPU time to handle is heavy; per loop iteration, once READ_BUDGET
-# seconds went to heavy reads, the other heavy connections wait for the next iteration (read first then).
-# Light connections and peers are always read at once, and cost the budget nothing (nor any bookkeeping).
-READ_BUDGET = 0.005
-HEAVY_READ = 0.001
+# last read took more than `node.heavy_read` of CPU time to handle is heavy; per loop iteration, once
+# `node.read_budget` seconds went to heavy reads, the other heavy connections wait for the next iteration
+# (read first then). Light connections and peers are always read at once, and cost the budget nothing (nor
+# any bookkeeping).
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,8 @@ class NodeServer:
         self._pump_scheduled = False
         self._bulk_handle: asyncio.TimerHandle | None = None   # the next bulk turn (address floods)
         self._spent = 0.0                           # seconds of heavy reads handled in this loop iteration
+        self.heavy_read = config.heavy_read         # a client read taking more CPU than this: heavy
+        self.read_budget = config.read_budget       # CPU seconds of heavy reads per loop iteration
         self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
         self._new_pass_scheduled = False
         self.reads_deferred = 0                     # reads put off by the budget (management: readsDeferred)
@@ -421,15 +423,17 @@ class NodeServer:
     def _readable(self, conn: Connection) -> None:
         if not conn.alive:
             return
-        if conn.heavy and self._spent >= READ_BUDGET:     # only client connections are ever heavy
+        if conn.heavy and self._spent >= self.read_budget:     # only client connections are ever heavy
             self.loop.remove_reader(conn.sock.fileno())    # read again first thing next iteration
             self._deferred.append(conn)
             self.reads_deferred += 1
             return
         now = time.monotonic()
-        cpu = time.thread_time()
+        peer = conn.router
+        cpu = time.thread_time() if peer is None else 0.0      # peers are never heavy: no clock for them
         echo = conn.read()
-        if conn.router is not None:         # a peer node sending anything is alive (HELLO or not)
+        if peer is not None and now >= peer.heard_due:     # a peer sending anything is alive (HELLO or not)
+            peer.heard_due = now + HEARD_EVERY
             self.mesh.heard(conn)
         if echo:
             self.engine.answer_echo(conn)
@@ -441,9 +445,10 @@ class NodeServer:
         self._pump(now)
         # the read's and the pump's time; CPU time, since on a busy machine the wall clock also counts the
         # time the process waited for a core (that made an RPC server's connection "heavy")
-        if self._took > HEAVY_READ and (cpu := time.thread_time() - cpu) > HEAVY_READ:
-            if conn.router is None:
-                self._heavy_read(conn, cpu)
+        if peer is not None:
+            return
+        if self._took > self.heavy_read and (cpu := time.thread_time() - cpu) > self.heavy_read:
+            self._heavy_read(conn, cpu)
         elif conn.heavy:
             conn.heavy = False
 
@@ -459,7 +464,7 @@ class NodeServer:
         self._new_pass_scheduled = False
         self._spent = 0.0
         deferred = self._deferred
-        while deferred and self._spent < READ_BUDGET:
+        while deferred and self._spent < self.read_budget:
             conn = deferred.popleft()
             if conn.alive:
                 self.loop.add_reader(conn.sock.fileno(), self._readable, conn)

@@ -102,3 +102,19 @@ def _answers(caller) -> bool:
         return caller.call("openstack.org/om/rpc/anycast/storm/echo", "hello", timeout=1.0) == "hello"
     except Exception:
         return False
+
+
+@pytest.mark.parametrize(("node_keys", "deferred_expected"), [
+    ({}, True),                                         # the defaults: 1 ms heavy, 5 ms per turn
+    ({"heavy_read": 30.0, "read_budget": 60.0}, False),    # no read is ever heavy
+])
+def test_the_read_turns_follow_the_configured_thresholds(node_factory, node_keys, deferred_expected):
+    """`node.heavy_read` and `node.read_budget` set when a client's reads take turns: six connections with
+    500 ATTACHes each waiting at once are put off to later turns with the defaults, and never with
+    thresholds no read reaches; every ATTACH is answered either way."""
+    node = node_factory(idle_timeout=0, extra={"node": node_keys})
+    attach_receivers(node.url, [f"balanced/keys/{i}" for i in range(3000)], per_connection=500,
+                     paused=node.pid)
+    with reading(node) as m:
+        deferred = m.query_dicts("node", ["readsDeferred"])[0]["readsDeferred"]
+    assert (deferred > 0) == deferred_expected, deferred

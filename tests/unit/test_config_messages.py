@@ -37,7 +37,8 @@ def bogus(mapping: dict[str, Any]) -> dict[str, Any]:
 UNKNOWN = [
     (bogus(config()), "bogus",
      "node, listeners, addresses, connectors, router, telemetry, brokers, metrics, policy"),
-    (config(node=bogus(NODE)), "node.bogus", "id, link_capacity, idle_timeout, log_level, log_levels"),
+    (config(node=bogus(NODE)), "node.bogus",
+     "id, link_capacity, idle_timeout, log_level, log_levels, heavy_read, read_budget"),
     (config(listeners=[LISTENER, bogus({"host": "h", "port": 0})]), "listeners[1].bogus",
      "host, port, role, cost, tls, sasl, max_connections, max_frame_size, max_message_size, max_sessions, "
      "max_links, idle_timeout, handshake_timeout, policy_vhost, websocket, websocket_path"),
@@ -150,6 +151,10 @@ MESSAGES = [
      "connectors[0].sasl.mechanisms[0]: unknown SASL mechanism 'PLAIN' (valid: ANONYMOUS, EXTERNAL)"),
     (config(router={"hello_interval": 0}),
      "router.hello_interval: out of range: must be a finite number >= 0.001, got 0"),
+    (config(node={**NODE, "heavy_read": 0}),
+     "node.heavy_read: out of range: must be a finite number >= 0.001, got 0"),
+    (config(node={**NODE, "read_budget": "5ms"}),
+     "node.read_budget: wrong type: expected number, got string '5ms'"),
     (config(telemetry={"sample": 0.5}), "telemetry.dir: required"),
     (config(telemetry={"dir": "/t", "every": 1}),
      "telemetry.every: unknown key (expected one of dir, rotate_mb, sample)"),
@@ -200,7 +205,8 @@ MESSAGES = [
     (config(listeners=[LISTENER, LISTENER], metrics={"port": "x"}),
      "metrics.port: wrong type: expected integer, got string 'x'"),
     (config(node={"id": "a/b", "colour": 1}, listeners=5),
-     "node.colour: unknown key 'colour' (allowed: id, link_capacity, idle_timeout, log_level, log_levels)"),
+     "node.colour: unknown key 'colour' (allowed: id, link_capacity, idle_timeout, log_level, log_levels, "
+     "heavy_read, read_budget)"),
     (config(node={"id": "a/b"}, listeners=5),
      "node.id: invalid node id 'a/b': use only letters, digits, '_', '.' and '-'"),
 ]

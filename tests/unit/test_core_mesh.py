@@ -302,7 +302,7 @@ def test_route_from_peer_agrees_with_route_mesh():
         twin, tp, _, _, _ = _peer_case(seed)
         core._grant.clear()
         twin._grant.clear()
-        got = core.route_from_peer(p, key, came_from, hops)
+        got = core.route_from_peer(p, key, hops)         # from p.peer (came_from)
         a = twin.resolve(key)
         if a is not None and a.multicast:
             assert got is None and _after(core, p, None) == _after(twin, tp, None), seed

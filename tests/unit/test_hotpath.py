@@ -40,6 +40,12 @@ class Pair:
         lib.pn_link_flow(self.receiver, 100)
         self.pump()
         self.buf = ffi.new("char[]", 1024)
+        self.reader = hotpath.reader(self.buf, 1024)
+
+    def take(self, d: object, cap: int = 1024) -> int:
+        """hotpath.take of `d` into the buffer, seen as `cap` bytes long."""
+        hotpath.set_buffer(self.reader, self.buf, cap)
+        return hotpath.take(d, self.receiver, self.reader)
 
     def pump(self) -> None:
         """Move bytes both ways until neither transport has anything to write."""
@@ -120,46 +126,46 @@ def test_take_reads_a_complete_transfer_and_advances() -> None:
     pair = Pair()
     pair.send(b"hello")
     d = pair.arrived()
-    r = hotpath.take(d, pair.receiver, pair.buf, 1024)
+    r = pair.take(d)
     assert r == (5 << 1) | 0
     assert ffi.buffer(pair.buf, 5)[:] == b"hello"
     assert lib.pn_link_current(pair.receiver) != d   # advanced past it
     pair.send(b"settled!", settle=True)
     d = pair.arrived()
-    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == (8 << 1) | 1
+    assert pair.take(d) == (8 << 1) | 1
 
 
 def test_take_leaves_what_it_does_not_read() -> None:
     pair = Pair()
     pair.send(b"x" * 100)
     d = pair.arrived()
-    assert hotpath.take(d, pair.receiver, pair.buf, 99) == hotpath.TOO_LARGE
+    assert pair.take(d, 99) == hotpath.TOO_LARGE
     assert lib.pn_delivery_pending(d) == 100 and lib.pn_link_current(pair.receiver) == d
-    assert hotpath.take(d, pair.receiver, pair.buf, 100) == 100 << 1
+    assert pair.take(d, 100) == 100 << 1
 
     pair.send(b"part", complete=False)               # still arriving
     d = pair.arrived()
-    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == hotpath.PARTIAL
+    assert pair.take(d) == hotpath.PARTIAL
     assert lib.pn_delivery_pending(d) == 4 and lib.pn_link_current(pair.receiver) == d
     lib.pn_delivery_abort(lib.pn_link_current(pair.sender))
     pair.pump()
     pair.events()
     assert lib.pn_delivery_aborted(d)
-    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == hotpath.ABORTED
+    assert pair.take(d) == hotpath.ABORTED
 
 
 def test_take_reports_an_empty_transfer() -> None:
     pair = Pair()
     pair.send(b"")
     d = pair.arrived()
-    assert hotpath.take(d, pair.receiver, pair.buf, 1024) == hotpath.EMPTY
+    assert pair.take(d) == hotpath.EMPTY
     assert lib.pn_link_current(pair.receiver) != d
 
 
 def test_take_on_a_delivery_that_is_not_readable() -> None:
     pair = Pair()
     od = pair.send(b"hello")
-    assert hotpath.take(od, pair.sender, pair.buf, 1024) == hotpath.NOT_READABLE
+    assert hotpath.take(od, pair.sender, pair.reader) == hotpath.NOT_READABLE
 
 
 def test_send_draws_unique_tags_from_the_shared_counter() -> None:
@@ -173,7 +179,7 @@ def test_send_draws_unique_tags_from_the_shared_counter() -> None:
     got = []
     d = lib.pn_link_current(pair.receiver)
     while d != ffi.NULL:
-        got.append(hotpath.take(d, pair.receiver, pair.buf, 1024) >> 1)
+        got.append(pair.take(d) >> 1)
         d = lib.pn_link_current(pair.receiver)
     assert got == [2, 2, 2]
 
@@ -211,7 +217,7 @@ def test_settle_pair_gives_the_outcome_and_settles_both() -> None:
     assert lib.pn_delivery_remote_state(od) == REJECTED and lib.pn_delivery_settled(od)
     od2 = pair.send(b"again")
     d2 = pair.arrived()
-    hotpath.take(d2, pair.receiver, pair.buf, 1024)
+    pair.take(d2)
     sender, receiver = lib.pn_link_unsettled(pair.sender), lib.pn_link_unsettled(pair.receiver)
     hotpath.settle_pair(d2, 0, od2)                  # no outcome given: both settled as they are
     assert lib.pn_link_unsettled(pair.sender) == sender - 1
@@ -235,25 +241,22 @@ def test_the_build_is_up_to_date_and_not_rebuilt() -> None:
     assert build() == out and out.stat().st_mtime_ns == stamp
 
 
-@pytest.mark.parametrize(("cut_from", "cut_to", "insert"), [
-    (0, 0, b"<ins>"),          # a section inserted first (an ingress, message without header)
-    (3, 3, b"<ins>"),          # inserted after the header
-    (10, 10, b"<ins>"),        # at the very end
-    (0, 4, b"<head>"),         # the start replaced (a peer's annotations rewritten)
-    (2, 6, b""),               # a cut only
-    (8, 30, b"!"),             # cut points past the end are clamped to it
-    (9, 3, b"!"),              # a start after the end is clamped to the end
+@pytest.mark.parametrize(("at", "insert"), [
+    (0, b"<ins>"),             # a section inserted first (an ingress, message without header)
+    (3, b"<ins>"),             # inserted after the header
+    (10, b"<ins>"),            # at the very end
+    (30, b"!"),                # a point past the end is clamped to it
+    (4, b""),                  # nothing inserted
 ])
-def test_send_spliced_sends_the_message_with_the_cut_replaced(cut_from: int, cut_to: int,
-                                                              insert: bytes) -> None:
+def test_send_inserted_sends_the_last_transfer_with_the_insert(at: int, insert: bytes) -> None:
     pair = Pair()
     data = b"0123456789"
-    hotpath.send_spliced(pair.sender, data, len(data), cut_from, cut_to, insert, len(insert))
+    pair.send(data)
+    assert pair.take(pair.arrived()) == len(data) << 1         # the reader's last transfer
+    hotpath.send_inserted(pair.sender, pair.reader, at, insert, len(insert))
     pair.pump()
-    d = pair.arrived()
-    r = hotpath.take(d, pair.receiver, pair.buf, 1024)
-    end = min(cut_to, len(data))
-    expected = data[:min(cut_from, end)] + insert + data[end:]
+    r = pair.take(pair.arrived())
+    expected = data[:at] + insert + data[at:]
     assert r >> 1 == len(expected)
     assert ffi.buffer(pair.buf, r >> 1)[:] == expected
 
@@ -359,21 +362,55 @@ def test_next_event_leaves_a_non_terminal_update_as_a_delivery_event() -> None:
     assert [ctx for t, _, ctx, _ in seen if t == lib.PN_DELIVERY] == [od]
 
 
-def test_take_prefixed_says_whether_the_transfer_starts_with_the_prefix() -> None:
+def test_take_peer_says_whether_the_transfer_starts_with_the_stream() -> None:
     pair = Pair()
     for data, prefix, same in [(b"\x00Sr-stream-1:body", b"\x00Sr-stream-1:", 1),
                                (b"\x00Sr-stream-2:body", b"\x00Sr-stream-1:", 0),
                                (b"short", b"shorter", 0),                # the prefix is longer
-                               (b"anything", b"", 0)]:                  # no prefix: never the same
+                               (b"anything", b"", 0)]:                  # no stream: never the same
+        assert hotpath.set_stream(pair.reader, prefix, len(prefix), b"P", 1, b"C", 1) == 0
         pair.send(data)
-        d = pair.arrived()
-        r = hotpath.take_prefixed(d, pair.receiver, pair.buf, 1024, prefix, len(prefix))
+        r = hotpath.take_peer(pair.arrived(), pair.receiver, pair.reader)
         assert r == len(data) << 2 | same << 1
         assert ffi.buffer(pair.buf, len(data))[:] == data
+    hotpath.set_stream(pair.reader, b"x", 1, b"", 0, b"", 0)
     pair.send(b"x" * 50, settle=True)
     d = pair.arrived()
-    assert hotpath.take_prefixed(d, pair.receiver, pair.buf, 10, b"x", 1) == hotpath.TOO_LARGE
-    assert hotpath.take_prefixed(d, pair.receiver, pair.buf, 1024, b"x", 1) == 50 << 2 | 2 | 1
+    hotpath.set_buffer(pair.reader, pair.buf, 10)
+    assert hotpath.take_peer(d, pair.receiver, pair.reader) == hotpath.TOO_LARGE
+    hotpath.set_buffer(pair.reader, pair.buf, 1024)
+    assert hotpath.take_peer(d, pair.receiver, pair.reader) == 50 << 2 | 2 | 1
+
+
+@pytest.mark.parametrize("to_client", [0, 1])
+def test_send_stream_sends_the_last_transfer_with_its_start_rewritten(to_client: int) -> None:
+    pair = Pair()
+    source = ffi.new("char[]", b"<start>")          # copied by set_stream: changed below, not used
+    heads = [b"<toward a peer>", b""]               # a client's head may be empty (no annotations left)
+    assert hotpath.set_stream(pair.reader, source, 7, heads[0], len(heads[0]), heads[1], len(heads[1])) == 0
+    ffi.memmove(source, b"<other>", 7)
+    for body in (b"body one", b"", b"a longer body, two"):
+        pair.send(b"<start>" + body)
+        assert pair.take(pair.arrived()) >> 1 == 7 + len(body)
+        hotpath.send_stream(pair.sender, pair.reader, to_client)
+        pair.pump()
+        r = pair.take(pair.arrived())
+        expected = heads[to_client] + body
+        if not expected:                            # nothing at all: an empty transfer
+            assert r == hotpath.EMPTY
+            continue
+        assert ffi.buffer(pair.buf, r >> 1)[:] == expected
+
+
+def test_a_longer_stream_replaces_a_shorter_one() -> None:
+    pair = Pair()
+    hotpath.set_stream(pair.reader, b"ab", 2, b"P", 1, b"C", 1)
+    long_prefix = b"L" * 5000                       # more room than the first stream had
+    hotpath.set_stream(pair.reader, long_prefix, len(long_prefix), b"peer" * 300, 1200, b"c", 1)
+    big = ffi.new("char[]", 8192)                   # kept alive here: the reader does not own it
+    hotpath.set_buffer(pair.reader, big, 8192)
+    pair.send(long_prefix + b"!")
+    assert hotpath.take_peer(pair.arrived(), pair.receiver, pair.reader) == 5001 << 2 | 2
 
 
 def test_a_proton_whose_signatures_differ_is_refused(monkeypatch) -> None:
