@@ -105,6 +105,7 @@ class Deliveries:
         self.view = memoryview(ffi.buffer(self.buf))    # the same bytes, indexed as ints
         self.reader = hotpath.reader(self.buf, self._bufsize)     # reads into it, follows a peer stream
         self.stream: tuple | None = None     # that stream: its section and growth (`_follow`)
+        self.in_flight = self.core.in_flight     # the core's table (see RouterCore.forward_from_peer)
         self._tagnum = hotpath.TAG_COUNTER    # delivery tags: hotpath.send draws from the same counter
         self._tag = hotpath.TAG
 
@@ -331,6 +332,13 @@ class Deliveries:
             s, grow, found = self._follow(found)
         core = self.core
         key = s.key
+        if not presettled and self.obs is None:     # the usual case: decided and counted in one call
+            e = core.forward_from_peer(p, key, s.hops, d)
+            if e is not None:
+                c = e.consumer
+                self.in_flight[send_stream(c.handle, self.reader, c.peer is None)] = e   # as `sent` would
+                self.dirty.add(c.conn)
+                return
         routed = core.route_from_peer(p, key, s.hops)
         if routed is None:                      # multicast
             self._from_router(d, p, self.view[:n].tobytes(), presettled)

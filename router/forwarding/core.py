@@ -73,7 +73,7 @@ from router.forwarding.records import (
     Producer,
     RemoteDest,
 )
-from router.forwarding.settlement import Settlement
+from router.forwarding.settlement import NEW_ENTRY, Settlement
 from router.policy.access import Access
 from router.policy.engine import Policy
 
@@ -325,6 +325,58 @@ class RouterCore(Settlement):
                 a.ingress += 1
                 return (HOLD, out, rd) if out.busy else rd
         return self.route_mesh(p, a, presettled)
+
+    def forward_from_peer(self, p: Producer, key: str, hops: int, in_dlv: object) -> InFlight | None:
+        """`route_from_peer` and `sent` in one, for the usual unsettled delivery from peer node `p.peer`
+        (for routing key `key`, having crossed `hops` nodes): one local consumer that takes it now
+        (egress), or the one remote destination's next hop (transit), neither busy nor at-most-once.
+        Returns its in-flight entry, counted as `sent` counts it; the caller sends it on `e.consumer` and
+        files it under the outbound delivery: `in_flight[od] = e` (the one step that needs the delivery
+        the send makes). None for anything else, with nothing counted: the caller takes `route_from_peer`.
+        Two calls cost ~1,300 instructions in all, 3% of a hop."""
+        a = self.addresses.get(key)
+        if a is None or hops > self.hop_limit or a.multicast:
+            return None
+        consumers = a.consumers
+        if consumers:
+            if len(consumers) != 1:
+                return None
+            c = consumers[0]
+            if c.credit <= 0 or c.busy or c.presettle:
+                return None
+            rd = None
+            a.egress += 1
+        else:
+            remote = a.remote
+            if len(remote) != 1:
+                return None
+            rd = remote[0]
+            c = rd.out
+            if not c.alive or c.peer == p.peer or c.busy or c.presettle:
+                return None
+            a.transit += 1
+            rd.unsettled += 1
+        p.credit -= 1
+        self._grant.add(p)
+        c.delivered += 1
+        spare = self._spare
+        e = spare.pop() if spare else NEW_ENTRY(InFlight)
+        e.in_dlv = in_dlv
+        e.producer = p
+        e.consumer = c
+        e.group = None
+        e.seq = c.delivered
+        e.dest = rd
+        e.sent_at = self.now
+        e.size = -1                     # the observer's (none on this path)
+        e.route = -1
+        c.unsettled += 1
+        p.in_flight += 1
+        p.delivered += 1
+        c.credit -= 1
+        if c.credit == 0:
+            self.ledger.update_ready(c.address)
+        return e
 
     def route_from_peer(self, p: Producer, key: str, hops: int
                         ) -> tuple[Consumer | None, RemoteDest | None] | None:

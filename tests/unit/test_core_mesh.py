@@ -6,7 +6,7 @@ import random
 from router.addressing import AddressRules
 from router.amqp.annotations import RouterAnnotations
 from router.forwarding.core import RouterCore
-from router.forwarding.decisions import TO_ONE, UNROUTABLE
+from router.forwarding.decisions import TO_ONE, TRACKED, UNROUTABLE
 from router.forwarding.records import RemoteDest
 
 
@@ -314,3 +314,42 @@ def test_route_from_peer_agrees_with_route_mesh():
         assert _after(core, p, None)[1:] == _after(twin, tp, None)[1:], seed
         taken.add((got[0] is not None and got[0].peer is None, got[1] is not None))
     assert taken == {(True, False), (False, True), (False, False)}   # egress, transit, nowhere
+
+
+def _sent_state(core, p, e_or_none):
+    """What a delivery's routing and `sent` left: its entry's fields, the counters of its producer,
+    consumer, destination and address, the credit to grant."""
+    entry = None
+    if e_or_none is not None:
+        e = e_or_none
+        entry = (e.in_dlv, e.consumer.handle, e.dest and e.dest.node, e.seq, e.group, e.producer is p)
+    links = sorted((c.handle, c.delivered, c.unsettled, c.credit) for c in core.iter_links()
+                   if hasattr(c, "unsettled"))
+    dests = sorted((rd.node, rd.unsettled) for a in core.addresses.values() for rd in a.remote)
+    return entry, links, dests, _after(core, p, None)[1:], (p.in_flight, p.delivered)
+
+
+def test_forward_from_peer_agrees_with_route_from_peer_and_sent():
+    """The one-call path decides, counts and fills the entry as `route_from_peer` then `sent` do, or
+    declines with nothing counted."""
+    taken = set()
+    for seed in range(600):
+        core, p, key, _, hops = _peer_case(seed)
+        twin, tp, _, _, _ = _peer_case(seed)
+        core._grant.clear()
+        twin._grant.clear()
+        before = _sent_state(core, p, None)
+        e = core.forward_from_peer(p, key, hops, "in")
+        if e is None:
+            assert _sent_state(core, p, None) == before, seed          # declined: nothing counted
+            continue
+        c, rd = twin.route_from_peer(tp, key, hops)
+        assert c is not None and not c.busy and not c.presettle, seed
+        mode = twin.sent(tp, c, "in", "out", False, rd, -1, -1)
+        assert mode == TRACKED, seed
+        core.in_flight["out"] = e                                  # filed by the caller
+        want = twin.in_flight["out"]
+        assert _sent_state(core, p, e) == _sent_state(twin, tp, want), seed
+        assert (e.size, e.route, e.sent_at) == (-1, -1, want.sent_at), seed
+        taken.add(rd is None)
+    assert taken == {True, False}                                  # egress and transit both taken
