@@ -73,13 +73,15 @@ def node_config(tmp: Path, node: str, client: int, inter: int | None, dial: list
     return path
 
 
-def scale_read_turns(cfg: Path, tree: Path) -> None:
+def scale_read_turns(cfg: Path, tree: Path, a: argparse.Namespace) -> None:
     """The read turns (router/node/server.py) judge a client's reads by their CPU time: scale their
     thresholds by the slowdown, so that a read counts as heavy under callgrind when it would at full speed.
     At full speed none of these runs' reads do (readsDeferred stays 0 over 200,000 messages); unscaled,
     callgrind alone made them heavy and the single-node hop paid ~1,500 instructions per message for
-    deferring them. Trees from before `node.heavy_read` ran unscaled."""
-    if "heavy_read" not in (tree / "router" / "config" / "model.py").read_text():
+    deferring them. Trees from before `node.heavy_read` run unscaled (compare them with
+    `--no-scale-read-turns`)."""
+    model = (tree / "router" / "config" / "model.py").read_text()
+    if not getattr(a, "scale_read_turns", True) or "heavy_read" not in model:
         return
     data = yaml.safe_load(cfg.read_text())
     data["node"].update(heavy_read=0.001 * CALLGRIND_SLOWDOWN, read_budget=0.005 * CALLGRIND_SLOWDOWN)
@@ -110,15 +112,15 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                 # the neighbours run as slowly as M (under callgrind too, counting into nothing), so that
                 # M's batches are what they are at full speed, where all nodes run at one speed
                 slowed = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] \
-                    if a.slow_neighbours else []
+                    if getattr(a, "slow_neighbours", False) else []
                 if slowed:
-                    scale_read_turns(cfg, tree)
+                    scale_read_turns(cfg, tree, a)
                 procs[n] = subprocess.Popen([*slowed, sys.executable, "-m", "router", "run", str(cfg)],
                                             cwd=tree, env=env, stdout=open(tmp / f"{n}.out", "w"),
                                             stderr=subprocess.STDOUT)
                 wait_ready(procs[n], tmp / f"{n}.out", 180 if slowed else 30)
             cfg = node_config(tmp, "M", ports["M"][0], None, [ports[n][1] for n in others])
-            scale_read_turns(cfg, tree)
+            scale_read_turns(cfg, tree, a)
             # callgrind counts each byte a `rep movsb` moves as an instruction, and glibc's memcpy uses it
             # above a few KB: large copies (socket batches) would weigh ~30x what they cost. With the
             # threshold out of reach, memcpy copies with vector moves, counted about as they run.
@@ -224,10 +226,13 @@ def main() -> int:
                     help="first count the idle node for this long; report instructions per message net of "
                          "its timers' rate over the traffic's duration (under callgrind a message takes "
                          "~50x longer, so timers weigh ~50x more per message than at full speed)")
-    ap.add_argument("--slow-neighbours", action=argparse.BooleanOptionalAction, default=True,
-                    help="run M's neighbours (X, Y) under callgrind too, so that all nodes run at one speed "
-                         "as they do at full speed (without it, M's batches on a path through peers are "
-                         "smaller than at full speed: more per-batch work per message)")
+    ap.add_argument("--scale-read-turns", action=argparse.BooleanOptionalAction, default=True,
+                    help="scale node.heavy_read and node.read_budget by callgrind's slowdown (trees that "
+                         "have them), so that reads count as heavy as they would at full speed")
+    ap.add_argument("--slow-neighbours", action=argparse.BooleanOptionalAction, default=False,
+                    help="run M's neighbours (X, Y) under callgrind too (counting into nothing), so that all "
+                         "nodes run at one speed; tried for issue 21: it did not bring M's batches on a "
+                         "transit hop closer to their size at full speed (BENCHMARKS.md)")
     ap.add_argument("--keep", type=Path, default=None,
                     help="copy each run's callgrind file into this directory")
     a = ap.parse_args()
