@@ -11,7 +11,9 @@ orders (receiver attached first, then the sender; sender first, then the receive
 * ``mesh``: topologies/four-node.yaml's full mesh (every link cost 1), sender on C, receiver on B;
 * ``direct``: no router, the receiver listens and the sender connects to it (the clients' own gaps;
   receiver first only);
-* ``external``: a router already running at ``--external-url`` (qdrouterd, for a same-window reference).
+* ``external``: a router already running at ``--external-url`` (qdrouterd, for a same-window reference);
+  ``--external-url SEND_URL,RECV_URL`` puts the sender and the receiver on different routers of a running
+  mesh (e.g. ../shared/bench/qdr's chain3: C's client port, then A's).
 
     .venv/bin/python benchmarks/stall_bench.py [--rounds 5] [--paths node,chain,mesh,direct] [--base main]
         [--rate 20000] [--count 20000] [--presettled] [--external-url amqp://127.0.0.1:45672 --paths external]
@@ -128,7 +130,11 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--rate", type=float, default=20000)
     ap.add_argument("--presettled", action="store_true", help="send pre-settled")
-    ap.add_argument("--external-url", default=None, help="the router of the `external` path")
+    ap.add_argument("--external-url", default=None,
+                    help="the router of the `external` path, or SEND_URL,RECV_URL")
+    ap.add_argument("--orders", default=",".join(ORDERS),
+                    help="attach orders to run (qdrouterd releases what a sender sends before a receiver "
+                         "attaches on another router: receiver-first only there)")
     ap.add_argument("--harness", type=Path, default=DEFAULT_HARNESS)
     ap.add_argument("--base", default=None,
                     help="run the nodes from this git revision (default: the working tree)")
@@ -149,12 +155,14 @@ def measure(a: argparse.Namespace, exe: Path, tree: Path) -> int:
             nodes = None if path in ("direct", "external") else Nodes(path, tmp, tree)
             try:
                 # with no router the receiver listens: the sender cannot come first
-                orders = ORDERS[:1] if path == "direct" else ORDERS
+                orders = [o for o in ORDERS if o in a.orders.split(",")]
+                orders = ORDERS[:1] if path == "direct" else orders
                 gaps: dict[str, list[float]] = {o: [] for o in orders}
                 for i in range(a.rounds):
                     for order in orders:
                         if path == "external":
-                            send_url = recv_url = a.external_url
+                            send_url, _, recv_url = a.external_url.partition(",")
+                            recv_url = recv_url or send_url
                         elif nodes is None:
                             port = free_port()
                             send_url, recv_url = f"127.0.0.1:{port}", f"listen://127.0.0.1:{port}"
