@@ -13,7 +13,8 @@ Paths (the measured node is M; the C load generator of ../shared/bench sends and
 * ``ingress``: producer on M, consumer on its neighbour (M forwards client -> inter-router);
 * ``egress``: producer on the neighbour, consumer on M (inter-router -> client);
 * ``transit``: chain X - M - Y, producer on X, consumer on Y (inter-router -> inter-router);
-* ``node-presettled``: as ``node``, the messages sent pre-settled;
+* ``node-presettled``, ``ingress-presettled``, ``egress-presettled``, ``transit-presettled``: as those
+  paths, the messages sent pre-settled;
 * ``node-rpc``: sequential RPC calls through M (``amqpbench rpc-client``, concurrency 1, and
   ``rpc-server``): instructions per call (request and reply).
 
@@ -53,7 +54,8 @@ from gateway_bench import run_amqpbench  # noqa: E402
 from node_bench import free_port  # noqa: E402
 
 AMQPBENCH = BENCH_DIR / "build" / "amqpbench"
-PATHS = ("node", "ingress", "egress", "transit", "node-presettled", "node-rpc")
+PATHS = ("node", "ingress", "egress", "transit", "node-presettled", "ingress-presettled", "egress-presettled",
+         "transit-presettled", "node-rpc")
 ADDRESS = "balanced/instr"
 
 
@@ -98,6 +100,8 @@ def wait_ready(proc: subprocess.Popen, log: Path, timeout: float) -> None:
 
 def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
     """Instructions the measured node M executed per message on `path`, with the code of `tree`."""
+    name, presettled = path, path.endswith("-presettled")
+    path = path.removesuffix("-presettled")
     with tempfile.TemporaryDirectory(prefix="instr-ab-") as tmpdir:
         tmp = Path(tmpdir)
         ports = {n: (free_port(), free_port()) for n in "XMY"}     # (client, inter-router)
@@ -145,7 +149,7 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                           "--concurrency", "1"]
             else:
                 sender = ["send", "--url", url, "--addr", ADDRESS, "--size", "100"]
-                if path == "node-presettled":
+                if presettled:
                     sender += ["--presettled", "--linger-ms", "200"]
             run_amqpbench(AMQPBENCH, *sender, "--count", str(a.warmup))
             control = ["callgrind_control", "-i", "on", str(procs["M"].pid)]
@@ -156,12 +160,16 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
             subprocess.run(control, check=True, capture_output=True)
             started = time.monotonic()
             run_amqpbench(AMQPBENCH, *sender, "--count", str(a.count))
+            if presettled:
+                # a pre-settled sender is done once it has sent, while M (slowed by callgrind) still
+                # works through what its neighbour's socket holds: count until M is idle again
+                wait_idle(procs["M"].pid)
             took = time.monotonic() - started
             subprocess.run([*control[:1], "-d", control[-1]], check=True, capture_output=True)
             subprocess.run([*control[:2], "off", control[-1]], check=True, capture_output=True)
         finally:
-            for name, proc in procs.items():
-                if name == "recv":
+            for who, proc in procs.items():
+                if who == "recv":
                     proc.kill()
                 else:
                     proc.terminate()
@@ -175,16 +183,30 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
         if a.keep is not None:
             a.keep.mkdir(parents=True, exist_ok=True)
             label = "tree" if tree == REPO else "base"
-            n = len(list(a.keep.glob(f"callgrind-{path}-{label}-*.out")))
-            (a.keep / f"callgrind-{path}-{label}-{n + 1}.out").write_bytes(dumps[-1].read_bytes())
+            n = len(list(a.keep.glob(f"callgrind-{name}-{label}-*.out")))
+            (a.keep / f"callgrind-{name}-{label}-{n + 1}.out").write_bytes(dumps[-1].read_bytes())
         raw = traffic / a.count
         if not a.idle_s:
             return raw
         idle_rate = _total(dumps[0]) / a.idle_s
         net = (traffic - idle_rate * took) / a.count
-        print(f"  {path}: {raw:,.0f} instructions/msg, {took:.1f} s under callgrind; timers alone "
+        print(f"  {name}: {raw:,.0f} instructions/msg, {took:.1f} s under callgrind; timers alone "
               f"{idle_rate / 1e6:.2f} M instructions/s -> {net:,.0f} net of them", flush=True)
         return net
+
+
+def wait_idle(pid: int, window: float = 0.5, busy: float = 0.1) -> None:
+    """Return once process `pid` used less than `busy` of a CPU over `window` seconds."""
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    before = cpu()
+    while True:
+        time.sleep(window)
+        now = cpu()
+        if now - before < busy * window:
+            return
+        before = now
 
 
 def _total(dump: Path) -> int:

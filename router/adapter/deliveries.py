@@ -332,13 +332,20 @@ class Deliveries:
             s, grow, found = self._follow(found)
         core = self.core
         key = s.key
-        if not presettled and self.obs is None:     # the usual case: decided and counted in one call
-            e = core.forward_from_peer(p, key, s.hops, d)
-            if e is not None:
-                c = e.consumer
-                self.in_flight[send_stream(c.handle, self.reader, c.peer is None)] = e   # as `sent` would
-                self.dirty.add(c.conn)
-                return
+        if self.obs is None:                    # the usual cases: decided and counted in one call
+            if not presettled:
+                e = core.forward_from_peer(p, key, s.hops, d)
+                if e is not None:
+                    c = e.consumer
+                    self.in_flight[send_stream(c.handle, self.reader, c.peer is None)] = e   # as `sent` would
+                    self.dirty.add(c.conn)
+                    return
+            else:
+                c = core.forward_settled_from_peer(p, key, s.hops)
+                if c is not None:
+                    settle_pair(d, 0, send_stream(c.handle, self.reader, c.peer is None))
+                    self.dirty.add(c.conn)
+                    return
         routed = core.route_from_peer(p, key, s.hops)
         if routed is None:                      # multicast
             self._from_router(d, p, self.view[:n].tobytes(), presettled)

@@ -378,6 +378,43 @@ class RouterCore(Settlement):
             self.ledger.update_ready(c.address)
         return e
 
+    def forward_settled_from_peer(self, p: Producer, key: str, hops: int) -> Consumer | None:
+        """`route_from_peer` and `sent` in one, for the usual pre-settled delivery from peer node
+        `p.peer`: one local consumer with credit (egress), or the one remote destination's next hop
+        (transit), not busy. Returns that consumer, with the delivery counted as `sent` counts a
+        pre-settled one; the caller sends it there settled. None for anything else, with nothing
+        counted: the caller takes `route_from_peer`."""
+        a = self.addresses.get(key)
+        if a is None or hops > self.hop_limit or a.multicast:
+            return None
+        consumers = a.consumers
+        if consumers:
+            if len(consumers) != 1:
+                return None
+            c = consumers[0]
+            if c.credit <= 0 or c.busy:
+                return None
+            a.egress += 1
+        else:
+            remote = a.remote
+            if len(remote) != 1:
+                return None
+            c = remote[0].out
+            if not c.alive or c.peer == p.peer or c.busy:
+                return None
+            a.transit += 1
+        p.credit -= 1
+        p.delivered += 1
+        p.presettled += 1
+        self.counters["presettled"] += 1
+        c.delivered += 1
+        c.presettled += 1
+        c.credit -= 1
+        if c.credit == 0:
+            self.ledger.update_ready(c.address)
+        self._grant.add(p)
+        return c
+
     def route_from_peer(self, p: Producer, key: str, hops: int
                         ) -> tuple[Consumer | None, RemoteDest | None] | None:
         """`resolve` and `route_mesh` for the common delivery from peer node `p.peer` (its data-in link):

@@ -6,7 +6,7 @@ import random
 from router.addressing import AddressRules
 from router.amqp.annotations import RouterAnnotations
 from router.forwarding.core import RouterCore
-from router.forwarding.decisions import TO_ONE, TRACKED, UNROUTABLE
+from router.forwarding.decisions import PRESETTLED, TO_ONE, TRACKED, UNROUTABLE
 from router.forwarding.records import RemoteDest
 
 
@@ -351,5 +351,37 @@ def test_forward_from_peer_agrees_with_route_from_peer_and_sent():
         want = twin.in_flight["out"]
         assert _sent_state(core, p, e) == _sent_state(twin, tp, want), seed
         assert (e.size, e.route, e.sent_at) == (-1, -1, want.sent_at), seed
+        taken.add(rd is None)
+    assert taken == {True, False}                                  # egress and transit both taken
+
+
+def _settled_state(core, p):
+    """What a pre-settled delivery's routing and `sent` left: the counters of every link, destination and
+    address, the producer's, the credit to grant."""
+    links = sorted((c.handle, c.delivered, c.presettled, c.unsettled, c.credit) for c in core.iter_links()
+                   if hasattr(c, "unsettled"))
+    dests = sorted((rd.node, rd.unsettled) for a in core.addresses.values() for rd in a.remote)
+    return links, dests, _after(core, p, None)[1:], (p.in_flight, p.delivered, p.presettled)
+
+
+def test_forward_settled_from_peer_agrees_with_route_from_peer_and_sent():
+    """The one-call path for a pre-settled delivery picks and counts as `route_from_peer` then `sent`
+    do, or declines with nothing counted."""
+    taken = set()
+    for seed in range(600):
+        core, p, key, _, hops = _peer_case(seed)
+        twin, tp, _, _, _ = _peer_case(seed)
+        core._grant.clear()
+        twin._grant.clear()
+        before = _settled_state(core, p)
+        c = core.forward_settled_from_peer(p, key, hops)
+        if c is None:
+            assert _settled_state(core, p) == before, seed              # declined: nothing counted
+            continue
+        want, rd = twin.route_from_peer(tp, key, hops)
+        assert want is not None and not want.busy, seed
+        assert (c.handle, c.peer) == (want.handle, want.peer), seed
+        assert twin.sent(tp, want, "in", "out", True, rd, -1, -1) == PRESETTLED, seed
+        assert _settled_state(core, p) == _settled_state(twin, tp), seed
         taken.add(rd is None)
     assert taken == {True, False}                                  # egress and transit both taken
