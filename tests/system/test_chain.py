@@ -83,6 +83,30 @@ def test_200_unsettled_messages_cross_two_hops_in_order_without_router_annotatio
         assert node_state(nd).in_flight == 0, f"node {nd.node_id} still holds deliveries"
 
 
+def test_presettled_messages_cross_two_hops_in_order_and_are_counted_on_each_hop(node_factory):
+    """Pre-settled deliveries take the one-call path on B (transit) and A (egress): 1,000 of them (four
+    times the link capacity, so credit must come back through that path) arrive settled, in order, without
+    router annotations, and every hop counts them."""
+    a, b, c = chain(node_factory)
+    s, r = _consumer_and_producer(a, b, c, credit_window=300)
+    n = 1000
+    for i in range(n):
+        s.send(make_message(f"p{i}", properties={"seq": i}), settled=True)
+    r.wait_messages(n)
+    assert r.bodies == [f"p{i}" for i in range(n)], "bodies changed, missing or out of order"
+    assert all(rec.presettled for rec in r.received), "a pre-settled delivery arrived unsettled"
+    assert all(qd_keys(rec.message) == [] for rec in r.received), "router annotations reached the client"
+    for nd in (a, b, c):
+        st = node_state(nd)
+        assert st.in_flight == 0, f"node {nd.node_id} tracks pre-settled deliveries"
+        assert st.node["presettledDeliveries"] >= n, (nd.node_id, st.node["presettledDeliveries"])
+    # and an unsettled message after them still goes through and is accepted end to end
+    t = s.send("after")
+    r.wait_messages(n + 1)
+    t.wait()
+    assert t.state == ACCEPTED
+
+
 def test_large_messages_stream_across_two_hops_intact(node_factory):
     a, b, c = chain(node_factory)
     s, r = _consumer_and_producer(a, b, c, credit_window=20)
