@@ -42,6 +42,7 @@ from cproton_ffi.lib import (
     pn_event_transport,
     pn_event_type_name,
     pn_link_credit,
+    pn_link_current,
     pn_link_drain,
     pn_link_drained,
     pn_link_flow,
@@ -82,6 +83,9 @@ class Engine:
         self.dead: list[Connection] = []               # closed connections to tear down
         # transports of connections torn down in the last pump -> their peers, for the events they left
         self.recently_dead: dict[object, str] = {}
+        # producers' links whose next transfers arrived while a streamed message held the link: their
+        # delivery events found them unreadable (not the link's current delivery) and read nothing
+        self.unblocked: list[object] = []
         self._conn_ids = 0                             # the last connection's management identity
         self._observer: Observer | None = None
         core.backlog = pn_link_queued
@@ -244,13 +248,50 @@ class Engine:
             except Exception:           # a bug handling one event closes that connection only
                 self._handler_failed(out[0], t if t < SETTLED else PN_DELIVERY)
             t = step(coll, 1, out)
+        if self.unblocked:
+            self.read_unblocked()
         if self.recently_dead:
             self.recently_dead.clear()          # their events were handled in this pass
+
+    def read_unblocked(self) -> None:
+        """Read the transfers that wait on links a streamed message no longer holds.
+
+        While a stream is read (or paused, its consumers' sessions full), the transfers behind it on the
+        same link are not the link's current delivery: their events read nothing (`take` answers
+        NOT_READABLE) and Proton raises none again once they are complete. When the stream ends, its
+        link is listed here and its waiting transfers are read in order, as their events would have,
+        until one is still arriving (a new stream: its own frames' events move it on).
+        """
+        on_delivery = self.deliveries.on_delivery
+        unblocked = self.unblocked
+        while unblocked:
+            link = unblocked.pop(0)
+            rec = self.links.get(link)
+            if rec is None or rec.__class__ is not Producer:
+                continue
+            try:
+                d = pn_link_current(link)
+                while d != ffi.NULL:
+                    on_delivery(d, link)
+                    if link not in self.links:
+                        break
+                    after = pn_link_current(link)
+                    if after == d:          # still arriving (its events move it on), or held back
+                        break
+                    d = after
+            except Exception:           # a bug reading one link closes that connection only
+                log.exception("internal error reading the transfers behind a streamed message")
+                self._fail_connection(rec.conn)
 
     def _handler_failed(self, ev: object, event_type: int) -> None:
         log.exception("internal error handling %s", ffi.string(pn_event_type_name(event_type)).decode())
         conn = self.conns.get(pn_event_connection(ev))
-        if conn is not None and conn.alive:
+        if conn is not None:
+            self._fail_connection(conn)
+
+    def _fail_connection(self, conn: Connection) -> None:
+        """Close a connection whose traffic the node failed to handle (a bug): its links are dropped."""
+        if conn.alive:
             conn.set_close_condition(b"amqp:internal-error",
                                      b"the router failed to handle this connection's traffic")
             pn_connection_close(conn.pn_conn)
@@ -264,8 +305,11 @@ class Engine:
         self.mesh_links.sync_routes()
 
     def resume_streams(self) -> None:
-        """Move paused streamed messages on (called after output was written)."""
+        """Move paused streamed messages on (called after output was written), then read what waited
+        behind those that ended."""
         self.streams.resume()
+        if self.unblocked:
+            self.read_unblocked()
 
     # ---- credit ------------------------------------------------------------------------------------------
     def _on_flow(self, link: object) -> None:

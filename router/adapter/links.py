@@ -281,9 +281,12 @@ class LinkEvents:
 
     def drop_link(self, link: object, conn_alive: bool) -> None:
         """Forget a link; settle what it leaves behind so nothing stays unsettled anywhere."""
-        rec = self.links.pop(link, None)
+        rec = self.links.get(link)
         if rec is None:
             return
+        if rec.__class__ is Producer:
+            self.engine.streams.deliver_arrived(link, rec)     # still a producer while it does
+        del self.links[link]
         rec.conn.links.discard(link)
         if rec.conn.router is not None:
             rec.conn.router.remove(link)            # an inter-router link: freed after this (on_link_close)

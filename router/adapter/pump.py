@@ -21,7 +21,7 @@ def pump(engine: object, write_interest: WriteInterest) -> None:
     engine.apply_credit()
     flush_dirty(engine, write_interest)
     if engine.streams.paused:
-        engine.streams.resume()
+        engine.resume_streams()
         engine.apply_credit()
         flush_dirty(engine, write_interest)
 

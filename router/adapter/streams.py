@@ -24,6 +24,7 @@ from cproton_ffi.lib import (
     pn_delivery_settled,
     pn_delivery_update,
     pn_link_advance,
+    pn_link_current,
     pn_link_recv,
     pn_link_send,
     pn_link_session,
@@ -102,6 +103,7 @@ class Streams:
         self.active: dict[object, Stream] = {}     # inbound pn_delivery_t* -> Stream
         self.outs: dict[object, Stream] = {}       # outbound pn_delivery_t* of a stream -> Stream
         self.paused: set[Stream] = set()
+        self.draining = False                      # a producer is going: move its streams on unpaused
 
     # ---- start and routing ---------------------------------------------------------------------------
     def start(self, d: object, link: object, p: Producer) -> None:
@@ -224,8 +226,9 @@ class Streams:
         d, link = s.in_dlv, s.in_link
         deliveries = self.deliveries
         while True:
-            if s.outs and any(pn_session_outgoing_bytes(pn_link_session(c.handle)) > STREAM_HIGH_WATER
-                              for c, _ in s.outs):
+            if s.outs and not self.draining and any(
+                    pn_session_outgoing_bytes(pn_link_session(c.handle)) > STREAM_HIGH_WATER
+                    for c, _ in s.outs):
                 self.paused.add(s)
                 return
             n = pn_delivery_pending(d)
@@ -338,6 +341,39 @@ class Streams:
         pn_delivery_abort(od)
         self.deliveries.flush_held(c)
 
+    def deliver_arrived(self, link: object, p: Producer) -> None:
+        """`p`'s link is going (detached, or its connection closed): what has wholly arrived pre-settled
+        on it still goes on, as it would have had the link stayed.
+
+        A pre-settled sender did its part once its transfers were written: one that sends a burst and
+        closes (cleanly) must not lose the tail of it because a streamed message was paused for a slow
+        consumer when the close came, nor the transfers waiting behind that stream. They are in Proton's
+        memory already (within the session window); they are moved on now, without pausing. What is
+        still arriving, or unsettled (its sender can no longer learn an outcome), is left to
+        `producer_lost` and the link's end.
+        """
+        mine = [s for s in self.active.values() if s.producer is p]
+        if not mine and link not in self.engine.unblocked:
+            return
+        self.draining = True
+        try:
+            for s in mine:
+                d = s.in_dlv
+                # settled by its sender, first frame or last (python-qpid-proton settles at the end)
+                if pn_delivery_settled(d) and not pn_delivery_partial(d) and not pn_delivery_aborted(d):
+                    self.pump(s)
+            d = pn_link_current(link)
+            on_delivery = self.deliveries.on_delivery
+            while (d != ffi.NULL and d not in self.active and pn_delivery_settled(d)
+                   and not pn_delivery_partial(d)):
+                on_delivery(d, link)
+                after = pn_link_current(link)
+                if after == d:
+                    break
+                d = after
+        finally:
+            self.draining = False
+
     def producer_lost(self, p: Producer) -> None:
         """`p` detached: abort the copies of its streams in progress."""
         for d, s in [(d, s) for d, s in self.active.items() if s.producer is p]:
@@ -359,6 +395,7 @@ class Streams:
         self.active.pop(d, None)
         self.paused.discard(s)
         pn_link_advance(link)
+        self.engine.unblocked.append(link)       # transfers behind it may have arrived meanwhile
         core = self.core
         obs = self.obs
         for c, od in s.outs:

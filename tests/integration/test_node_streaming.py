@@ -1,8 +1,10 @@
 """A consumer that settles a large (streamed) message before it has fully arrived."""
 
+import pytest
 from proton import Delivery
 
 from tests.support.clients import Client, make_message, random_bytes
+from tests.support.state import node_state
 from tests.support.waiting import wait_for
 
 MB = 1024 * 1024
@@ -55,3 +57,47 @@ def test_early_reject_of_streamed_message_reaches_producer_and_link_recovers(nod
     small = s.send(make_message("next"))
     assert small.wait().outcome == "REJECTED"       # same early-settling consumer, not stuck
     wait_for(lambda: len(r.received) == 2, what="second delivery at the early-settling consumer")
+
+
+def _send_settled_late(s, data: bytes, first: int) -> None:
+    """Send `data` as one delivery whose first `first` bytes go out unsettled and the rest with it
+    settled (python-qpid-proton's Container settles an at-most-once delivery after its last frame)."""
+    d = s.link.delivery(f"late-{len(data)}")
+    s.link.stream(data[:first])
+    s.client._write()
+    s.link.stream(data[first:])
+    s.link.advance()
+    d.settle()
+    s.client._write()
+
+
+@pytest.mark.parametrize("settled", ["first-frame", "last-frame"])
+def test_presettled_burst_closed_behind_a_paused_stream_is_still_delivered(node, settled):
+    """A pre-settled sender writes a 6 MB message and ten small ones, then closes its connection while
+    the node holds the big one paused for a consumer that stopped reading: everything it wrote has
+    arrived (within the node's session window) and still reaches the consumer once it reads again.
+    Before the fix, the close aborted the stream and dropped the ten transfers behind it."""
+    cons = Client(node.url)
+    r = cons.receiver("balanced/burst-close", credit=20)
+    prod = Client(node.url)
+    s = prod.sender("balanced/burst-close")
+    s.wait_credit()
+    cons.paused = True                              # the consumer's node-side session backs up
+    big = random_bytes(6 * MB)
+    message = make_message(big).encode()
+    if settled == "first-frame":
+        s.send(message, settled=True)
+    else:
+        _send_settled_late(s, message, 64 * 1024)
+    for i in range(10):
+        s.send(make_message(f"small {i}"), settled=True)
+    wait_for(lambda: node_state(node).streams == 1, what="the big message streaming, paused")
+    wait_for(lambda: not prod.transport.pending() and not prod.session.outgoing_bytes,
+             what="the sender's output written")
+    prod.close()
+    cons.paused = False
+    got = r.wait_messages(11, timeout=30)
+    assert [m.body for m in got[1:]] == [f"small {i}" for i in range(10)]
+    assert got[0].body == big and not r.aborted
+    wait_for(lambda: node_state(node).streams == 0 and node_state(node).in_flight == 0,
+             what="nothing left in flight")
