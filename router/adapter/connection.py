@@ -64,6 +64,7 @@ from cproton_ffi.lib import (
 
 from router import PRODUCT, __version__
 from router.adapter.builtin_sasl import use_builtin as use_builtin_sasl
+from router.adapter.streamlinks import STREAMING_LINKS
 from router.defaults import MAX_FRAME_SIZE
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ class Connection:
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
-                 "refused_links", "framed", "heavy")
+                 "refused_links", "framed", "heavy", "out_pending")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -134,6 +135,9 @@ class Connection:
         self.access: object = None                 # router.policy.access.Access once the Open arrived
         self.alive = True
         self.want_write = False
+        # bytes Proton's transport held for the socket after the last flush (its output buffer, which the
+        # session's outgoing bytes do not count): a streamed message pauses on both (streams.py)
+        self.out_pending = 0
         self.input_closed = False      # no more input will be read (peer closed, or decode error)
         self.links: set = set()         # our pn_link_t pointers on this connection
         self.sessions: list = []        # pn_session_t pointers
@@ -167,6 +171,8 @@ class Connection:
         pn_data_put_array(caps, False, PN_SYMBOL)
         pn_data_enter(caps)
         _put_symbol(caps, "ANONYMOUS-RELAY")
+        if role == "inter-router":
+            _put_symbol(caps, STREAMING_LINKS)     # it takes a streaming link per streamed message
         pn_data_exit(caps)
         pn_connection_collect(c, collector)
         pn_transport_bind(t, c)
@@ -218,8 +224,10 @@ class Connection:
             if s > 0:
                 pn_transport_pop(t, s)
             if s < k:
+                self.out_pending = p - s
                 return BLOCKED
             p = pn_transport_pending(t)
+        self.out_pending = 0
         if p < 0:
             if self.input_closed:           # all said (our Close) and nothing more to read: tear it down
                 pn_transport_close_tail(t)

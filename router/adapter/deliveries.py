@@ -50,6 +50,7 @@ from router.adapter.hotpath import (
 from router.adapter.hotpath import outcome as take_outcome
 from router.adapter.outcomes import NodeOutcome, OutcomeSnapshot, Rejection, copy_outcome, oversize
 from router.adapter.routerlinks import RouterLink
+from router.adapter.streamlinks import WHOLE_ON_DATA_LINK
 from router.addressing import address_key
 from router.amqp.annotations import (
     AnnotationLayout,
@@ -205,6 +206,8 @@ class Deliveries:
         aborted one goes nowhere, an empty one is rejected; a larger one than the read buffer is read
         here (or rejected, over the connection's maximum message size)."""
         if why == PARTIAL:
+            if p.router and not p.streaming and pn_delivery_pending(d) < WHOLE_ON_DATA_LINK:
+                return                          # a peer's data link: read whole once complete
             self.streams.start(d, link, p)
         elif why == ABORTED:                    # Proton marks aborted transfers settled
             pn_link_advance(link)
@@ -599,7 +602,7 @@ class Deliveries:
                 size = len(data)
             if c.busy:
                 core.hold(c, Held(data if payload is not None else ffi.buffer(buf, n)[:], d, p, presettled, g,
-                                  key, ann))
+                                  key, ann, copy=presettled))
                 continue
             od = self.send_whole(c, data, size)
             mode = core.sent_copy(g, c, od)
@@ -609,7 +612,7 @@ class Deliveries:
                     handed_over += 1
         if presettled:
             pn_delivery_settle(d)
-            core.sent_presettled(p, [c for c in consumers if not c.busy])
+            core.sent_presettled(p, consumers)          # held copies too: counted once, here
         for _ in range(handed_over):
             self.copy_settled(g, None, ACCEPTED, ACCEPT)
 
@@ -716,6 +719,9 @@ class Deliveries:
             n = len(data)
             od = self.send_whole(c, data, n)
             p, d, g = item.producer, item.in_dlv, item.group
+            if item.copy:                           # a pre-settled multicast copy, counted already
+                pn_delivery_settle(od)
+                continue
             if g is not None:
                 core.unhold(item)
                 if core.sent_copy(g, c, od) == HANDED_OVER:

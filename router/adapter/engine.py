@@ -48,6 +48,7 @@ from cproton_ffi.lib import (
     pn_link_flow,
     pn_link_get_drain,
     pn_link_queued,
+    pn_session_get_incoming_capacity,
     pn_session_set_incoming_capacity,
     pn_transport_condition,
     pn_transport_connection,
@@ -57,7 +58,6 @@ from cproton_ffi.lib import (
 from router.adapter import hotpath
 from router.adapter.connection import Connection
 from router.adapter.deliveries import Deliveries
-from router.adapter.endpoints import SESSION_CAPACITY
 from router.adapter.hotpath import SETTLED
 from router.adapter.links import LinkEvents
 from router.adapter.observer import Observer
@@ -209,7 +209,7 @@ class Engine:
         session (carrying a receiver link's state when one is pending), which is the answer we can give.
         """
         for ssn in conn.sessions:
-            pn_session_set_incoming_capacity(ssn, SESSION_CAPACITY)
+            pn_session_set_incoming_capacity(ssn, pn_session_get_incoming_capacity(ssn))
         for link in conn.links:
             rec = self.links.get(link)
             if rec is not None and rec.__class__ is Producer:

@@ -68,6 +68,7 @@ from cproton_ffi.lib import (
 from router.adapter.endpoints import SESSION_CAPACITY, refuse, terminus_address
 from router.adapter.outcomes import NodeOutcome
 from router.adapter.routerlinks import RouterLink
+from router.adapter.streamlinks import STREAM_SESSION_CAPACITY
 from router.amqp.frames import refusal
 from router.forwarding.decisions import Refusal
 from router.forwarding.records import MODIFIED, Consumer, Producer
@@ -156,7 +157,9 @@ class LinkEvents:
                     pn_session_close(ssn)
                     self.dirty.add(conn)
                     return
-            pn_session_set_incoming_capacity(ssn, SESSION_CAPACITY)
+            # a peer node's sessions after its first carry one streaming link each (streamlinks.py)
+            stream = conn is not None and conn.role == "inter-router" and bool(conn.sessions)
+            pn_session_set_incoming_capacity(ssn, STREAM_SESSION_CAPACITY if stream else SESSION_CAPACITY)
             pn_session_open(ssn)
         if conn is not None:
             conn.sessions.append(ssn)

@@ -1,7 +1,8 @@
 """Inter-router connections: their links, the control messages on them, and the mesh's routes.
 
 Between neighbours there is one control link pair (terminus capability `qd.router`) and one data link pair
-(`qd.router-data`), as in Qpid Dispatch Router. The connecting side (a connector) opens a session and the
+(`qd.router-data`), as in Qpid Dispatch Router, plus streaming links opened on demand for streamed
+messages (router.adapter.streamlinks). The connecting side (a connector) opens a session and the
 four links; the listening side recognises them by capability. Control traffic has its own links, so it is
 never stuck behind data. The data links become records of the forwarding core: the data-out link a
 consumer that every remotely served address can use, the data-in link a producer routed per message.
@@ -25,6 +26,7 @@ from cproton_ffi.lib import (
     PN_SYMBOL,
     pn_connection_close,
     pn_connection_remote_container,
+    pn_connection_remote_offered_capabilities,
     pn_connection_remote_properties,
     pn_data_enter,
     pn_data_exit,
@@ -58,6 +60,7 @@ from cproton_ffi.lib import (
 
 from router.adapter.endpoints import SESSION_CAPACITY, refuse
 from router.adapter.pndata import map_integer, symbols
+from router.adapter.streamlinks import STREAM, STREAMING_LINKS, StreamLinks
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,7 @@ class RouterPeer:
     """What a node knows about the peer at the other end of an inter-router connection."""
 
     __slots__ = ("node_id", "cost", "control_in", "control_out", "data_in", "data_out", "up", "data_consumer",
-                 "heard_due")
+                 "heard_due", "streaming", "stream_out", "stream_in")
 
     def __init__(self, node_id: str, cost: int) -> None:
         self.node_id = node_id
@@ -123,8 +126,13 @@ class RouterPeer:
         self.up = False             # both control links open both ways: the control plane uses it
         self.data_consumer: object = None  # the forwarding core's record of our data-out link
         self.heard_due = 0.0        # when input from it next tells the control plane it is alive
+        self.streaming = False      # it takes streaming links (router.adapter.streamlinks)
+        self.stream_out: list = []  # our streaming links to it (core consumers)
+        self.stream_in = 0          # streaming links it opened to us
 
     def add(self, rl: RouterLink) -> None:
+        if rl.kind == STREAM:
+            return                  # streaming links have no slot: see stream_out / stream_in
         slot = ("control" if rl.kind == CONTROL else "data") + ("_out" if rl.outgoing else "_in")
         setattr(self, slot, rl.handle)
 
@@ -133,6 +141,8 @@ class RouterPeer:
         for slot in ("control_in", "control_out", "data_in", "data_out"):
             if getattr(self, slot) == handle:
                 setattr(self, slot, None)
+        if self.stream_out:
+            self.stream_out = [c for c in self.stream_out if c.handle != handle]
 
     def control_ready(self) -> bool:
         both = PN_LOCAL_ACTIVE | PN_REMOTE_ACTIVE
@@ -146,7 +156,9 @@ def peer_from_open(pn_conn: object, own_cost: int) -> RouterPeer:
     node_id = ffi.string(c).decode(errors="replace") if c != ffi.NULL else ""  # any bytes: no crash
     value = map_integer(pn_connection_remote_properties(pn_conn), COST_PROPERTY)
     peer_cost = value if value is not None and value > 0 else 1
-    return RouterPeer(node_id, max(own_cost, peer_cost))
+    peer = RouterPeer(node_id, max(own_cost, peer_cost))
+    peer.streaming = STREAMING_LINKS in symbols(pn_connection_remote_offered_capabilities(pn_conn))
+    return peer
 
 
 def capabilities(terminus: object) -> set[str]:
@@ -206,6 +218,7 @@ class RouterLinks:
         # a flood of 20,000 new addresses does not hold the loop (and other traffic) for 200 ms
         self._route_backlog: set[str] = set()
         self._bulk = DutyCycle(BULK_DUTY)   # turns of applying a flood, on the perf_counter() clock
+        self.streams = StreamLinks(engine, _set_capability)   # a link per streamed message to a peer
         self._tagnum = ffi.new("uint64_t *")
         self._tag = ffi.new("pn_bytes_t *", (8, ffi.cast("char *", self._tagnum)))[0]
 
@@ -231,10 +244,15 @@ class RouterLinks:
         """The peer node attached one of the inter-router links (we are the listening side)."""
         is_sender = bool(pn_link_is_sender(link))
         caps = capabilities(pn_link_remote_source(link)) | capabilities(pn_link_remote_target(link))
-        kind = CONTROL if CONTROL in caps else DATA if DATA in caps else None
+        kind = CONTROL if CONTROL in caps else DATA if DATA in caps else STREAM if STREAM in caps else None
         if kind is None or conn.router is None:
             refuse(link, b"qd:connection-role", b"an inter-router connection carries only inter-router links")
             return
+        if kind == STREAM:
+            problem = self.streams.admit(conn, is_sender)
+            if problem is not None:
+                refuse(link, b"amqp:resource-limit-exceeded", problem)
+                return
         pn_link_open(link)
         self._register(RouterLink(kind, is_sender, conn, link), conn, is_sender)
         self.up_check(conn)
@@ -249,6 +267,10 @@ class RouterLinks:
             self.links[rl.handle] = rl
             if not is_sender:
                 pn_link_flow(rl.handle, CONTROL_CREDIT)
+            return
+        if rl.kind == STREAM:           # the peer's streaming link (ours are registered as they open)
+            p = self.links[rl.handle] = self.core.add_router_producer(rl.handle, conn, peer.node_id)
+            p.streaming = True
             return
         if is_sender:
             self.links[rl.handle] = peer.data_consumer = self.core.add_router_consumer(

@@ -4,7 +4,9 @@ A message that arrives in several frames is routed once every section before the
 checked to be in AMQP order, and they hold an anonymous message's `to`, the router annotations of a
 message from a peer (a client's are stripped), and the prefix each consumer gets rewritten when the
 message crosses the mesh. Each chunk then goes on to every consumer as it arrives, pausing while a
-consumer's session holds more than STREAM_HIGH_WATER bytes. A consumer busy with a stream takes no
+consumer's session and its connection's transport hold more than STREAM_HIGH_WATER bytes for it (the
+transport encodes whatever the receiver's session window admits: a client with an unbounded window would
+otherwise let the node's output buffer grow by the whole message). A consumer busy with a stream takes no
 other delivery meanwhile: those wait in the core (`RouterCore.hold`) and go out when the stream ends.
 
 The outcome of a streamed delivery can be decided before its last frame (the consumer settled early or
@@ -129,7 +131,12 @@ class Streams:
         if self.obs is not None:
             self.obs.stream_routed(s, a.multicast, consumers, rd)
         new_delivery = self.deliveries.new_delivery
+        for_stream = self.engine.mesh_links.streams.for_stream
         for c in consumers:
+            if c.peer is not None:
+                c = for_stream(c)        # a link of its own to that peer: nothing waits behind it
+                if c is None:
+                    continue             # every streaming link to that peer is busy
             od = new_delivery(c.handle)
             c.busy = True
             s.outs.append((c, od))
@@ -140,6 +147,9 @@ class Streams:
                 else:
                     core.track(s.producer, c, s.in_dlv, od, rd)
             self.dirty.add(c.conn)
+        if s.group is not None and not s.outs:       # no copy went anywhere after all
+            core.group_done(s.group)
+            s.group = None
 
     def _route_prefixed(self, s: Stream) -> bool:
         """Try to route a streamed message from the bytes read so far (anonymous, or crossing the mesh).
@@ -227,8 +237,8 @@ class Streams:
         deliveries = self.deliveries
         while True:
             if s.outs and not self.draining and any(
-                    pn_session_outgoing_bytes(pn_link_session(c.handle)) > STREAM_HIGH_WATER
-                    for c, _ in s.outs):
+                    pn_session_outgoing_bytes(pn_link_session(c.handle)) + c.conn.out_pending
+                    > STREAM_HIGH_WATER for c, _ in s.outs):
                 self.paused.add(s)
                 return
             n = pn_delivery_pending(d)

@@ -138,11 +138,14 @@ def fanout(a: Address, presettled: bool, backlog: Backlog, capacity: int) -> lis
 
     A pre-settled copy for a consumer without credit waits on its link only while fewer than `capacity`
     deliveries wait there already; beyond that it is dropped (at-most-once), so a slow consumer never
-    holds back the producer or the other consumers.
+    holds back the producer or the other consumers. One for a consumer busy with a streamed message waits
+    for the stream's end the same way (held, while fewer than `capacity` are).
     """
     if not presettled:
         return list(a.consumers)
-    return [c for c in a.consumers if not c.busy and (c.credit > 0 or backlog(c.handle) < capacity)]
+    return [c for c in a.consumers
+            if ((c.held is None or len(c.held) < capacity) if c.busy
+                else (c.credit > 0 or backlog(c.handle) < capacity))]
 
 
 def mesh_fanout(a: Address, local: list[Consumer], node_id: str, origin: str | None,

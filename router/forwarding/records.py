@@ -91,7 +91,7 @@ class Producer:
     """A link on which a client (or a peer node's data-out link) sends to the node."""
 
     __slots__ = ("handle", "conn", "address", "credit", "in_flight", "draining", "delivered", "alive",
-                 "name", "router", "peer", "outcomes", "presettled", "zero_credit")
+                 "name", "router", "peer", "outcomes", "presettled", "zero_credit", "streaming")
 
     def __init__(self, handle: object, conn: object, address: Address | None, name: str) -> None:
         self.handle = handle
@@ -108,6 +108,7 @@ class Producer:
         self.outcomes = [0, 0, 0, 0]  # outcomes settled back to it: accepted, rejected, released, modified
         self.presettled = 0           # pre-settled deliveries it sent
         self.zero_credit = 0.0        # seconds seen with no credit from us (sampled by management)
+        self.streaming = False        # a peer's streaming link (router.adapter.streamlinks)
 
     @property
     def anonymous(self) -> bool:
@@ -153,7 +154,8 @@ class Held:
     """A delivery waiting for the multi-frame message being streamed to its consumer.
 
     `payload` is the bytes to send (adapter-owned); `key` the address it was routed by, `ann` its router
-    annotations (from a peer) and `dest` its remote destination, for the observer.
+    annotations (from a peer) and `dest` its remote destination, for the observer. `copy`: a pre-settled
+    multicast copy, counted with its delivery when that was sent (`sent_presettled`).
     """
 
     payload: object
@@ -164,3 +166,4 @@ class Held:
     key: str | None = None
     ann: object = None
     dest: RemoteDest | None = None
+    copy: bool = False

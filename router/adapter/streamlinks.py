@@ -1,0 +1,108 @@
+"""Streaming links: each streamed message crosses to a peer node on a link (and session) of its own.
+
+A multi-frame message takes its link for as long as it streams: on the peer's one data link it would hold
+up everything behind it (the link is ordered; the core holds the link's other deliveries until the stream
+ends), and on the data link's session a stream paused at the far end would close the session window for
+every other link. So, as Qpid Dispatch Router does since DISPATCH-1545, a streamed message that goes to
+a peer goes on a streaming link to that peer instead: a sender with terminus capability `qd.router-stream`,
+alone on its session (its own incoming window at the far end), opened on demand and kept for the next
+streamed message once this one ends. Small messages keep the data link, so a 100 MB message and RPC
+calls between the same two nodes do not wait for each other.
+
+Either side opens its own streaming links, when the peer offered `qd.streaming-links` in its Open (older
+peers get streams on the data link, as before). The far end sees an ordinary data-in link (a core
+producer routed per message). At most `MAX_STREAM_LINKS` per direction and peer: with all of them busy,
+that peer takes no further stream for now (as a consumer busy with a stream takes no other one).
+
+The data link then carries only messages its sender had whole. One that crosses in several frames is read
+whole once its last frame is in (below `WHOLE_ON_DATA_LINK` bytes; a stream otherwise, as from an older
+peer): were it streamed, it could meet a stream from a streaming link at the same consumer, which can
+take one stream at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from cproton_ffi.lib import (
+    pn_link_open,
+    pn_link_source,
+    pn_link_target,
+    pn_sender,
+    pn_session,
+    pn_session_open,
+    pn_session_set_incoming_capacity,
+)
+
+from router.forwarding.records import Consumer
+
+log = logging.getLogger(__name__)
+
+STREAM = "qd.router-stream"            # terminus capability of a streaming link
+STREAMING_LINKS = "qd.streaming-links"   # connection capability: the peer opens and takes them
+MAX_STREAM_LINKS = 16                  # per peer and direction
+# A streaming link's session at the receiving end: bytes of a paused stream the peer may have in flight
+# to it (the data link's session keeps SESSION_CAPACITY). 16 links x 2 MiB bounds what a peer's paused
+# streams can hold in a node.
+STREAM_SESSION_CAPACITY = 2 * 1024 * 1024
+# A multi-frame message on a peer's data link is read whole, once complete, up to this size (half the
+# data link's session window, so that it always can complete)
+WHOLE_ON_DATA_LINK = 4 * 1024 * 1024
+
+
+class StreamLinks:
+    """The streaming links of one engine's inter-router connections (see the module doc)."""
+
+    def __init__(self, engine: object, set_capability: object) -> None:
+        self.engine = engine
+        self.core = engine.core
+        self.links = engine.links
+        self.dirty = engine.dirty
+        self.node_id = engine.node_id
+        self._set_capability = set_capability
+        self._names = 0
+        self.opened = 0                # streaming links this node opened (management: streamLinks)
+
+    def for_stream(self, c: Consumer) -> Consumer | None:
+        """The link a streamed message for peer data link `c` goes on: a free streaming link to that
+        peer, a new one, `c` itself for an older peer, or None when all MAX_STREAM_LINKS are busy (that
+        peer cannot take another stream now, as a consumer busy with one cannot)."""
+        conn = c.conn
+        peer = conn.router
+        if peer is None or not peer.streaming or not conn.alive:
+            return c
+        for sc in peer.stream_out:
+            if not sc.busy and sc.alive:
+                return sc
+        if len(peer.stream_out) >= MAX_STREAM_LINKS:
+            return None
+        return self._open(conn, peer)
+
+    def _open(self, conn: object, peer: object) -> Consumer:
+        ssn = pn_session(conn.pn_conn)
+        pn_session_set_incoming_capacity(ssn, STREAM_SESSION_CAPACITY)
+        pn_session_open(ssn)
+        self._names += 1
+        link = pn_sender(ssn, f"qdlink.{self.node_id}.{STREAM}.{self._names}".encode())
+        self._set_capability(pn_link_source(link), STREAM)
+        self._set_capability(pn_link_target(link), STREAM)
+        pn_link_open(link)
+        # deliveries may be put on it before the peer's attach and credit arrive: Proton keeps them
+        sc = self.core.add_router_consumer(link, conn, peer.node_id)
+        self.links[link] = sc
+        conn.links.add(link)
+        peer.stream_out.append(sc)
+        self.opened += 1
+        self.dirty.add(conn)
+        log.debug("streaming link %d to node %s opened", len(peer.stream_out), peer.node_id)
+        return sc
+
+    def admit(self, conn: object, is_sender: bool) -> bytes | None:
+        """A streaming link the peer attached: None to take it (as a data-in link), else why not."""
+        peer = conn.router
+        if is_sender:
+            return b"a streaming link is opened by the node that sends on it"
+        if peer.stream_in >= MAX_STREAM_LINKS:
+            return f"at most {MAX_STREAM_LINKS} streaming links per peer".encode()
+        peer.stream_in += 1
+        return None
