@@ -35,7 +35,7 @@ def rows(qd_type: QdType, src: Source, offset: int = 0, count: int | None = None
 def find(qd_type: QdType, properties: Mapping, src: Source) -> dict[str, Any] | Response:
     """The entity a READ, UPDATE or DELETE names by ``identity`` or ``name`` (both must agree), or the
     error response."""
-    ids = {k: properties[k] for k in ("identity", "name") if properties.get(k) is not None}
+    ids = {k: properties[k] for k in ("name", "identity") if properties.get(k) is not None}
     if not ids:
         if qd_type.name == "management":
             return rows(qd_type, src)[0]
