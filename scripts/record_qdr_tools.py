@@ -43,11 +43,13 @@ _TRANSFER = re.compile(r"-> @transfer\(20\) \[handle=(0x[0-9a-f]+)[^\]]*\] \((\d
 def commands(port: int, peer: int) -> list[list[str]]:
     """The recorded commands (tool, then its arguments without -b)."""
     out = [["qdstat", v] for v in ("-g", "-c", "-l", "-a", "-n", "-m", "--autolinks", "--linkroutes",
-                                   "--policy", "--vhosts", "--vhoststats", "--edge", "--all-entities")]
+                                   "--policy", "--vhosts", "--vhostgroups", "--vhoststats", "--edge",
+                                   "--all-entities")]
     out += [["qdstat", "-r", "C", v] for v in ("-g", "-c", "-l", "-a", "-n")]
     out += [["qdstat", "--all-routers", v] for v in ("-g", "-n", "-a")]
     reads = ("get-types", "get-attributes", "get-attributes --type listener", "get-operations",
-             "get-operations --type vhost", "get-annotations", "get-mgmt-nodes", "query --type router",
+             "get-operations --type vhost", "get-annotations", "get-mgmt-nodes", "get-schema",
+             "query --type router",
              "query --type listener", "query --type router.link",
              "query --type address name prefix distribution", "query --type vhost",
              "-r B query --type router")

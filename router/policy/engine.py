@@ -208,6 +208,9 @@ class Policy:
         kind = reserved.classify(key)
         g = access.group
         if kind == reserved.ORDINARY:
+            edge = reserved.edge_problem(key)
+            if edge is not None:
+                return None, edge
             if access.targets is not None and not access.targets(key):
                 return None, f"policy: group {g.name!r} may not send to {key!r} (targets)"
             return key, None

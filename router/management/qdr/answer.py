@@ -14,6 +14,7 @@ values are null); ``offset`` and ``count`` page the table. Unlike it, a list of 
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,7 @@ from router.management.qdr.schema import (
     QdType,
     get_attributes,
     get_operations,
+    get_schema,
     get_types,
     resolve,
 )
@@ -45,9 +47,6 @@ _ONLY_QDR = ("GET-ATTRIBUTES", "GET-OPERATIONS", "GET-ANNOTATIONS", "GET-MGMT-NO
              "GET-JSON-SCHEMA", "GET-LOG", "PROFILE")
 _ENTITY_OPERATIONS = ("QUERY", "READ", "CREATE", "UPDATE", "DELETE")
 _UNSUPPORTED = {
-    "GET-SCHEMA": "GET-SCHEMA has no equivalent here: ask GET-TYPES, GET-ATTRIBUTES and GET-OPERATIONS",
-    "GET-JSON-SCHEMA": "GET-JSON-SCHEMA has no equivalent here: ask GET-TYPES, GET-ATTRIBUTES and "
-                       "GET-OPERATIONS",
     "GET-LOG": "GET-LOG has no equivalent here: the node logs to its stderr (node.log_level and "
                "node.log_levels say what it writes)",
     "PROFILE": "PROFILE has no equivalent here: profile the node process with a Python profiler",
@@ -85,6 +84,13 @@ def answer(properties: Mapping, body: object, src: Source, writer: Any) -> Respo
         if operation in ("GET-TYPES", "GET-ATTRIBUTES", "GET-OPERATIONS", "GET-ANNOTATIONS",
                          "GET-MGMT-NODES"):
             return _node_operation(operation, name, qd_type, src)
+        if operation == "GET-SCHEMA":
+            return OK, "OK", get_schema()
+        if operation == "GET-JSON-SCHEMA":
+            indent = properties.get("indent")
+            wanted = indent if isinstance(indent, int) and not isinstance(indent, bool) and 0 <= indent <= 8 \
+                else None
+            return OK, "OK", json.dumps(get_schema(), indent=wanted)
         if operation in _UNSUPPORTED:
             return NOT_IMPLEMENTED, _UNSUPPORTED[operation], None
         if qd_type is None:

@@ -173,6 +173,29 @@ def get_attributes(only: QdType | None = None) -> dict[str, list[str]]:
     return {t.long: list(t.attributes) for t in TYPES.values() if only is None or t is only}
 
 
+#: the settings of a vhost's user group, with the defaults that hold here when a group leaves one out (the
+#: settings without an equivalent have none): qdstat --vhostgroups reads them from GET-SCHEMA
+GROUP_SETTINGS = {
+    "users": {}, "remoteHosts": {}, "maxConnectionsPerUser": {}, "maxConnectionsPerHost": {},
+    "maxMessageSize": {}, "maxFrameSize": {}, "maxSessionWindow": {}, "maxSessions": {}, "maxSenders": {},
+    "maxReceivers": {}, "allowDynamicSource": {"default": False}, "allowAnonymousSender": {"default": False},
+    "allowUserIdProxy": {"default": True}, "allowWaypointLinks": {}, "allowDynamicLinkRoutes": {},
+    "allowAdminStatusUpdate": {}, "allowFallbackLinks": {}, "sources": {}, "targets": {}, "sourcePattern": {},
+    "targetPattern": {}, "management": {},
+}
+
+
+def get_schema() -> dict[str, object]:
+    """GET-SCHEMA: the types in qdrouterd's schema layout (``entityTypes``: base, operations, attributes),
+    without the attributes' value types and descriptions (docs/QDROUTERD-TOOLS.md has those)."""
+    types: dict[str, object] = {
+        t.name: {"extends": t.base, "operations": list(t.operations),
+                 "attributes": {a: {} for a in t.attributes}} for t in TYPES.values()}
+    types["vhostUserGroupSettings"] = {"extends": CONFIGURATION, "operations": [],
+                                       "attributes": {k: dict(v) for k, v in GROUP_SETTINGS.items()}}
+    return {"prefix": PREFIX.rstrip("."), "entityTypes": types}
+
+
 def get_operations(only: QdType | None = None) -> dict[str, list[str]]:
     """GET-OPERATIONS: type -> the operations it supports here (READ only for a type without entities)."""
     return {t.long: list(t.operations) for t in TYPES.values() if only is None or t is only}
