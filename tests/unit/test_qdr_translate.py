@@ -7,6 +7,7 @@ import pytest
 
 from router.config.policy import policy_section
 from router.management.qdr.keys import qdr_key, routing_key
+from router.management.qdr.rates import LinkRates
 from router.management.qdr.schema import PREFIX, TYPES, get_operations, get_types, resolve
 from router.management.qdr.translate import Untranslatable, entry, port
 from router.management.qdr.vhosts import VhostError, to_policy, vhost_row
@@ -152,3 +153,24 @@ def test_schema_answers():
     assert get_operations(TYPES["allocator"]) == {PREFIX + "allocator": ["READ"]}
     assert all(t.absent is None or t.operations == ("READ",) for t in TYPES.values())
     assert all({"name", "identity", "type"} <= set(t.attributes) for t in TYPES.values())
+
+
+def test_settle_rates_from_snapshots_every_five_seconds():
+    class Link:
+        def __init__(self) -> None:
+            self.outcomes = [0, 0, 0, 0]
+
+    now = [100.0]
+    rates = LinkRates(clock=lambda: now[0])
+    old, young = Link(), Link()
+    assert rates.rate(old) == 0                              # nothing sampled yet
+    rates.sample(100.0, [old])
+    old.outcomes[:2] = [30, 10]                              # 40 accepted or rejected (released: not counted)
+    old.outcomes[2] = 99
+    now[0] = 104.0
+    rates.sample(104.0, [old, young])                        # too soon: no new snapshot
+    assert rates.rate(old) == 10 and rates.rate(young) == 0
+    now[0] = 105.0
+    rates.sample(105.0, [old, young])
+    now[0] = 110.0
+    assert rates.rate(old) == 4                              # since the snapshot before the latest: 40 / 10 s
