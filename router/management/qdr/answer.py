@@ -52,6 +52,7 @@ _UNSUPPORTED = {
     "PROFILE": "PROFILE has no equivalent here: profile the node process with a Python profiler",
 }
 
+
 def _operation(properties: Mapping) -> str | None:
     operation = properties.get("operation")
     return operation.upper() if isinstance(operation, str) else None
