@@ -89,10 +89,13 @@ def _build(data: object, source: str) -> NodeConfig:
     one_sasldb(listeners)
     first_duplicate([lc.port or None for lc in listeners], lambda i: f"listeners[{i}].port", "port")
     _metrics_port_free(config, listeners)
+    first_duplicate([lc.name for lc in listeners], lambda i: f"listeners[{i}].name", "name")
     first_duplicate([r.prefix for r in config.address_rules], lambda i: f"addresses.rules[{i}].prefix",
                     "prefix")
+    first_duplicate([r.name for r in config.address_rules], lambda i: f"addresses.rules[{i}].name", "name")
     connectors = [secure_connector(cc, f"connectors[{i}]", files) for i, cc in enumerate(config.connectors)]
     first_duplicate([(c.host, c.port) for c in connectors], lambda i: f"connectors[{i}]", "host and port")
+    first_duplicate([c.name for c in connectors], lambda i: f"connectors[{i}].name", "name")
     timers = config.router_timers
     hello, max_age = timers["hello_interval"], timers["hello_max_age"]
     if max_age <= hello:

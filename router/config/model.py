@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from router.config import checks as c
 from router.config.brokers import BrokerConfig
-from router.config.keys import Check, Invalid, declare, join, section
+from router.config.keys import Check, Invalid, declare, join, section, wrong_type
 from router.config.policy import POLICY, PolicyConfig
 from router.config.telemetry import TelemetryConfig
 from router.defaults import (
@@ -86,6 +86,23 @@ class ListenerSasl:
         c.boolean, "offer and accept PLAIN on connections without TLS", False)
 
 
+#: The longest `name` of a listener, connector or address rule.
+MAX_NAME = 200
+
+
+def _entity_name(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise wrong_type(value, "a string", path)
+    if not value.strip() or not value.isprintable() or len(value) > MAX_NAME:
+        raise Invalid(path, f"must be printable text of 1 to {MAX_NAME} characters, got {value!r}")
+    return value
+
+
+_name = Check(_entity_name, "string")
+_NAME_DOC = "its management name (qdmanage `--name`), unique among them"
+_NAME_SHOW = "`{what}/<host>:<port>`"
+
+
 def _ws_path(value: object, path: str) -> str:
     if not isinstance(value, str) or not value.startswith("/") or any(ch.isspace() for ch in value):
         raise Invalid(path, f"must be an HTTP path starting with '/', without spaces, got {value!r}")
@@ -133,6 +150,7 @@ class ListenerConfig:
                    "and JavaScript clients such as rhea; with `tls`, WebSocket over TLS (`wss://`)", False)
     websocket_path: str = declare(
         Check(_ws_path, "string"), "the HTTP path of the WebSocket upgrade; requests for others get 404", "/")
+    name: str | None = declare(_name, _NAME_DOC, None, show=_NAME_SHOW.format(what="listener"))
 
 
 @dataclass(frozen=True)
@@ -177,6 +195,7 @@ class ConnectorConfig:
         Check(_connector_sasl, "map", keys=ConnectorSasl),
         "SASL when dialling; without it `[EXTERNAL, ANONYMOUS]` with `tls.cert`, else `[ANONYMOUS]`",
         None, name="sasl")
+    name: str | None = declare(_name, _NAME_DOC, None, show=_NAME_SHOW.format(what="connector"))
 
 
 @dataclass(frozen=True)
@@ -200,6 +219,7 @@ class AddressRule:
 
     prefix: str = declare(c.prefix, "addresses under this prefix (`amqp:/` and a leading `/` are dropped)")
     distribution: str = declare(_distribution, "how they are distributed")
+    name: str | None = declare(_name, _NAME_DOC, None, show="`address/<prefix>`")
 
 
 _timer = c.number_at_least(0.001, "seconds")

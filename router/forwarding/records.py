@@ -67,7 +67,7 @@ class Consumer:
     """A link on which the node sends to a receiver: a client's, or the data-out link to a peer node."""
 
     __slots__ = ("handle", "conn", "address", "credit", "unsettled", "delivered", "alive", "name", "busy",
-                 "held", "presettle", "peer", "outcomes", "presettled", "zero_credit")
+                 "held", "presettle", "peer", "outcomes", "presettled", "zero_credit", "delays")
 
     def __init__(self, handle: object, conn: object, address: Address, name: str) -> None:
         self.handle = handle
@@ -85,13 +85,15 @@ class Consumer:
         self.outcomes = [0, 0, 0, 0]  # terminal outcomes it returned: accepted, rejected, released, modified
         self.presettled = 0           # deliveries sent to it pre-settled
         self.zero_credit = 0.0        # seconds seen with no credit (sampled by management)
+        self.delays = [0, 0]          # deliveries it settled more than 1 s / 10 s after they were sent
 
 
 class Producer:
     """A link on which a client (or a peer node's data-out link) sends to the node."""
 
     __slots__ = ("handle", "conn", "address", "credit", "in_flight", "draining", "delivered", "alive",
-                 "name", "router", "peer", "outcomes", "presettled", "zero_credit", "streaming")
+                 "name", "router", "peer", "outcomes", "presettled", "zero_credit", "delays", "dropped",
+                 "streaming")
 
     def __init__(self, handle: object, conn: object, address: Address | None, name: str) -> None:
         self.handle = handle
@@ -108,6 +110,8 @@ class Producer:
         self.outcomes = [0, 0, 0, 0]  # outcomes settled back to it: accepted, rejected, released, modified
         self.presettled = 0           # pre-settled deliveries it sent
         self.zero_credit = 0.0        # seconds seen with no credit from us (sampled by management)
+        self.delays = [0, 0]          # its unicast deliveries settled more than 1 s / 10 s after sent
+        self.dropped = 0              # pre-settled deliveries it sent that no consumer got
         self.streaming = False        # a peer's streaming link (router.adapter.streamlinks)
 
     @property

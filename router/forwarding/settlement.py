@@ -131,6 +131,7 @@ class Settlement(AddressTable):
         self.counters["presettled"] += 1
         if not consumers:
             self.counters["dropped_presettled"] += 1
+            p.dropped += 1
         for c in consumers:
             c.delivered += 1
             c.presettled += 1
@@ -189,6 +190,7 @@ class Settlement(AddressTable):
         """A delivery from `p` found no destination: RELEASED (pre-settled: dropped)."""
         if presettled:
             p.presettled += 1
+            p.dropped += 1
             self.counters["presettled"] += 1
             self.counters["dropped_presettled"] += 1
         else:
@@ -216,7 +218,7 @@ class Settlement(AddressTable):
                 self._spare.append(last)
             self._settled = e
             if e.sent_at < self._delayed_before:
-                self._late(e.sent_at)
+                self._late(e)
             c = e.consumer
             c.unsettled -= 1
             if outcome:
@@ -249,10 +251,16 @@ class Settlement(AddressTable):
         p.in_flight -= 1
         self._grant.add(p)
 
-    def _late(self, sent_at: float) -> None:
+    def _late(self, e: InFlight) -> None:
+        """`e` is settled more than 1 s after it was sent: count it for the node, its consumer and (unicast)
+        its producer."""
+        over10 = e.sent_at < self.now - 10.0
         self.counters["delayed_1s"] += 1
-        if sent_at < self.now - 10.0:
-            self.counters["delayed_10s"] += 1
+        self.counters["delayed_10s"] += over10
+        links = (e.consumer,) if e.group is not None else (e.consumer, e.producer)
+        for link in links:
+            link.delays[0] += 1
+            link.delays[1] += over10
 
     def count_outcome(self, outcome: int, p: Producer) -> None:
         """Count an outcome settled upstream (to producer `p`)."""

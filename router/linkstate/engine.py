@@ -346,6 +346,11 @@ class LinkStateEngine:
                  "addresses": self._remote.count_of(node.id)}
                 for node in sorted(self._lsdb.nodes.values(), key=lambda n: n.id)]
 
+    @property
+    def last_change(self) -> float:
+        """The clock time of the last topology change (-inf before the first)."""
+        return self._last_change
+
     def link_state(self, node: str) -> Mapping[str, int] | None:
         """The link state held for ``node`` (own included), None if unknown."""
         peers = self._lsdb.peers_of(node)

@@ -30,6 +30,9 @@ from router.amqp.codec import MalformedError
 from router.amqp.message import decode_message, encode_message
 from router.management.access import EntityView
 from router.management.entities import NodeEntities
+from router.management.qdr import answer as qdr
+from router.management.qdr.rates import LinkRates
+from router.management.qdr.source import Source
 from router.management.requests import INTERNAL, TOO_LARGE, answer
 from router.management.writes import WRITE_OPERATIONS, ConfigWriter
 from router.policy.levels import READ, REDACTED, WRITE
@@ -65,6 +68,7 @@ class ManagementAgent:
         self.loop = loop
         self._last_sample = time.monotonic()
         self._seen: set = set()      # the links of the last sample
+        self.rates = LinkRates()     # settlement rates of the links (qdrouterd's settleRate)
         self._sampler = loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def _sample(self) -> None:
@@ -77,6 +81,7 @@ class ManagementAgent:
                 self._seen.add(rec)
                 if rec.credit <= 0 and rec in seen:     # a link new since the last sample: from now on
                     rec.zero_credit += elapsed
+        self.rates.sample(now, self._seen)
         self._sampler = self.loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def on_request(self, d: object, data: bytes, level: int = REDACTED) -> None:
@@ -96,7 +101,11 @@ class ManagementAgent:
             log.info("management: request without reply_to dropped")
             return
         operation = properties.get("operation") if isinstance(properties, dict) else None
-        if isinstance(operation, str) and operation.upper() in WRITE_OPERATIONS:
+        if qdr.handles(properties):
+            view = EntityView(self.entities, level, reply_to)
+            status, description, body = qdr.answer(properties, request.body,
+                                                   Source(view, self.server, self.rates, level), self.writer)
+        elif isinstance(operation, str) and operation.upper() in WRITE_OPERATIONS:
             status, description, body = self._write(properties, request.body, level)
         else:
             status, description, body = answer(properties, request.body,

@@ -53,17 +53,13 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
                "connectionsDenied", "sessionsDenied", "linksDenied", "messagesDenied"),
 }
 
-# qdrouterd's names for the same entity types (what qdstat / qdmanage users know)
-ALIASES = {"router": "node", "router.link": "link", "router.address": "address", "router.node": "router-node"}
 
 
 def canonical_type(name: str) -> str | None:
-    """The entity type a request's `type` names, or None when unknown."""
-    for prefix in ("meshrouter.", "org.apache.qpid.dispatch."):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            break
-    name = ALIASES.get(name, name)
+    """The entity type a request's `type` names (``link`` or ``meshrouter.link``), or None when unknown.
+    qdrouterd's type names (``org.apache.qpid.dispatch.router.link``, ``router.link``) are answered in
+    qdrouterd's terms by router.management.qdr."""
+    name = name.removeprefix("meshrouter.")
     return name if name in ATTRIBUTES else None
 
 

@@ -25,7 +25,7 @@ or not possible now (a port in use), 501 a node not started from a config file.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from router.config import ConfigError, NodeConfig, parse_config
@@ -40,7 +40,9 @@ BAD_REQUEST, FORBIDDEN, NOT_FOUND, CONFLICT, NOT_IMPLEMENTED = 400, 403, 404, 40
 Response = tuple[int, str, Any]
 
 
-class _Refused(Exception):
+class Refused(Exception):
+    """A write refused with an HTTP-like status and a sentence saying why."""
+
     def __init__(self, status: int, description: str) -> None:
         super().__init__(description)
         self.status = status
@@ -59,56 +61,77 @@ class ConfigWriter:
             else properties.get("type")
         entity_type = str(entity_type or "").removeprefix("meshrouter.")
         try:
-            if level < WRITE:
-                raise _Refused(FORBIDDEN, f"{operation} needs management write access (a policy group with "
-                                          "management: write)")
+            self.allowed(operation, level)
             if entity_type not in TYPES:
-                raise _Refused(BAD_REQUEST, f"{operation}: entity type {entity_type!r} cannot be written; "
-                                            f"writable: {', '.join(TYPES)}")
-            if self.server.config_data is None:
-                raise _Refused(NOT_IMPLEMENTED, "this node was not started from a config file: nothing to "
-                                                "edit")
+                raise Refused(BAD_REQUEST, f"{operation}: entity type {entity_type!r} cannot be written; "
+                                           f"writable: {', '.join(TYPES)}")
+            self.started_from_file()
             identity = properties.get("identity") or properties.get("name")
             if operation != "CREATE" and not (isinstance(identity, str) and identity):
-                raise _Refused(BAD_REQUEST, f"{operation} needs an 'identity' (or 'name') application "
-                                            "property")
+                raise Refused(BAD_REQUEST, f"{operation} needs an 'identity' (or 'name') application "
+                                           "property")
             if operation != "DELETE" and not isinstance(body, Mapping):
-                raise _Refused(BAD_REQUEST, f"{operation} needs a body: a map of the entry's config keys")
-            return self._write(operation, entity_type, identity, dict(body or {}))
-        except _Refused as refused:
+                raise Refused(BAD_REQUEST, f"{operation} needs a body: a map of the entry's config keys")
+            attrs = dict(body or {})
+            return self.edit(operation, lambda data, running: _edit_entry(
+                data, running, self.server, operation, entity_type, identity, attrs))
+        except Refused as refused:
             return refused.status, refused.description, None
 
+    @staticmethod
+    def allowed(operation: str, level: int) -> None:
+        """Raise Refused (403) unless `level` may write."""
+        if level < WRITE:
+            raise Refused(FORBIDDEN, f"{operation} needs management write access (a policy group with "
+                                     "management: write)")
+
+    def started_from_file(self) -> None:
+        """Raise Refused (501) for a node that has no config data to edit."""
+        if self.server.config_data is None:
+            raise Refused(NOT_IMPLEMENTED, "this node was not started from a config file: nothing to edit")
+
     # ---- one write ----------------------------------------------------------------------------------------
-    def _write(self, operation: str, entity_type: str, identity: str | None,
-               attrs: dict[str, Any]) -> Response:
+    def edit(self, operation: str, change: Callable[[dict, NodeConfig], Any]) -> Response:
+        """Apply ``change(data, running)`` to a copy of the node's config data (``running``: the config it
+        runs now, parsed from that data), check the result as a config file is checked and put the
+        difference in force. ``change`` returns the entry it made or changed, or raises Refused (it may
+        mutate only `data`). Answers as the module docstring says."""
         server = self.server
         data = copy.deepcopy(server.config_data)
         if not isinstance(data, dict):
             data = {}
         running = parse_config(server.config_data, server.config.source)
-        entries, key = _section(data, entity_type, identity, attrs, operation)
-        if operation == "CREATE":
-            entry = _created(entity_type, entries, key, attrs)
-        else:
-            where = _find(entity_type, entries, identity, running, server)
-            if operation == "DELETE":
-                entry = entries.pop(where) if isinstance(entries, list) else entries.pop(where)
-            else:
-                entry = entries[where]
-                _merge(entry, attrs)
         try:
-            new = parse_config(data, server.config.source)
-        except ConfigError as exc:
-            raise _Refused(BAD_REQUEST, f"{exc.key_path}: {exc.problem}") from None
-        result = ReloadResult(0, 0.0)
-        apply(server, _running_restart_keys(new, server.config), result)
-        if result.errors:
-            raise _Refused(CONFLICT, "; ".join(result.errors))
+            entry = change(data, running)
+            try:
+                new = parse_config(data, server.config.source)
+            except ConfigError as exc:
+                raise Refused(BAD_REQUEST, f"{exc.key_path}: {exc.problem}") from None
+            result = ReloadResult(0, 0.0)
+            apply(server, _running_restart_keys(new, server.config), result)
+            if result.errors:
+                raise Refused(CONFLICT, "; ".join(result.errors))
+        except Refused as refused:
+            return refused.status, refused.description, None
         server.config_data = data
         if operation == "DELETE":
             return NO_CONTENT, "No Content", None
         answer = {"entry": entry, "changes": result.changes}
         return (CREATED, "Created", answer) if operation == "CREATE" else (OK, "OK", answer)
+
+
+def _edit_entry(data: dict, running: NodeConfig, server: Any, operation: str, entity_type: str,
+                identity: str | None, attrs: dict[str, Any]) -> Any:
+    """The change of one entry that a CREATE, UPDATE or DELETE of `entity_type` makes in `data`."""
+    entries, key = _section(data, entity_type, identity, attrs, operation)
+    if operation == "CREATE":
+        return _created(entity_type, entries, key, attrs)
+    where = find_entry(entity_type, entries, identity, running, server)
+    if operation == "DELETE":
+        return entries.pop(where)
+    entry = entries[where]
+    merge(entry, attrs)
+    return entry
 
 
 def _running_restart_keys(new: NodeConfig, running: NodeConfig) -> NodeConfig:
@@ -133,7 +156,7 @@ def _section(data: dict, entity_type: str, identity: str | None, attrs: dict,
         return data.setdefault("addresses", {}).setdefault("rules", []), None
     name = identity if operation != "CREATE" else attrs.pop("name", None)
     if not isinstance(name, str) or not name:
-        raise _Refused(BAD_REQUEST, "a policy-group needs a name ('name' in the body of a CREATE)")
+        raise Refused(BAD_REQUEST, "a policy-group needs a name ('name' in the body of a CREATE)")
     policy = data.setdefault("policy", {})
     vhost, _, group = name.rpartition("/")
     holder = policy if not vhost else policy.setdefault("vhosts", {}).setdefault(vhost, {})
@@ -143,44 +166,44 @@ def _section(data: dict, entity_type: str, identity: str | None, attrs: dict,
 def _created(entity_type: str, entries: Any, key: Any, attrs: dict) -> dict:
     if entity_type == "policy-group":
         if key in entries:
-            raise _Refused(CONFLICT, f"policy group {key!r} exists already")
+            raise Refused(CONFLICT, f"policy group {key!r} exists already")
         entries[key] = attrs
         return attrs
     if entity_type == "address-rule" and any(r.get("prefix") == attrs.get("prefix") for r in entries
                                               if isinstance(r, Mapping)):
-        raise _Refused(CONFLICT, f"an address rule for prefix {attrs.get('prefix')!r} exists already")
+        raise Refused(CONFLICT, f"an address rule for prefix {attrs.get('prefix')!r} exists already")
     entries.append(attrs)
     return attrs
 
 
-def _find(entity_type: str, entries: Any, identity: str, running: NodeConfig, server: Any) -> Any:
+def find_entry(entity_type: str, entries: Any, identity: str, running: NodeConfig, server: Any) -> Any:
     """The index (or key) of the entry `identity` names in `entries`."""
     if entity_type == "policy-group":
         group = identity.rpartition("/")[2]
         if group not in entries:
-            raise _Refused(NOT_FOUND, f"no policy group {identity!r}")
+            raise Refused(NOT_FOUND, f"no policy group {identity!r}")
         return group
     if entity_type == "address-rule":
         for i, rule in enumerate(entries):
             if isinstance(rule, Mapping) and rule.get("prefix") == identity:
                 return i
-        raise _Refused(NOT_FOUND, f"no address rule for prefix {identity!r}")
+        raise Refused(NOT_FOUND, f"no address rule for prefix {identity!r}")
     if entity_type == "connector":
         for i, cc in enumerate(running.connectors):
             if f"{cc.host}:{cc.port}" == identity:
                 return i
-        raise _Refused(NOT_FOUND, f"no connector to {identity!r}")
+        raise Refused(NOT_FOUND, f"no connector to {identity!r}")
     bound = next((b for b in server.bound if b.name == identity), None)
     for i, lc in enumerate(running.listeners):
         if bound is not None and lc == bound.config or f"{lc.host}:{lc.port}" == identity:
             return i
-    raise _Refused(NOT_FOUND, f"no listener {identity!r}")
+    raise Refused(NOT_FOUND, f"no listener {identity!r}")
 
 
-def _merge(entry: Any, attrs: Mapping[str, Any]) -> None:
+def merge(entry: Any, attrs: Mapping[str, Any]) -> None:
     """UPDATE: `attrs` into `entry`, maps merged key by key."""
     for k, v in attrs.items():
         if isinstance(v, Mapping) and isinstance(entry.get(k), dict):
-            _merge(entry[k], v)
+            merge(entry[k], v)
         else:
             entry[k] = v

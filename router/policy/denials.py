@@ -28,6 +28,7 @@ class Stats:
     denied_connections: int = 0
     denied_sessions: int = 0
     denied_links: int = 0
+    denied_receivers: int = 0       # of denied_links: receivers (the others are senders)
     denied_messages: int = 0
 
 

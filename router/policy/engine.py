@@ -150,17 +150,17 @@ class Policy:
         g = access.group
         if dynamic:
             if g is not None and not g.allow_dynamic_source:
-                return self._deny(access, "links", f"policy: group {g.name!r} may not use dynamic sources "
+                return self._deny_receiver(access, f"policy: group {g.name!r} may not use dynamic sources "
                                                    "(allow_dynamic_source: false)")
         else:
             problem = reserved.consume_problem(key)
             if problem is not None:
-                return self._deny(access, "links", problem)
+                return self._deny_receiver(access, problem)
             if access.sources is not None and not access.sources(key):
-                return self._deny(access, "links", f"policy: group {g.name!r} may not receive from {key!r} "
+                return self._deny_receiver(access, f"policy: group {g.name!r} may not receive from {key!r} "
                                                    "(sources)")
         if g is not None and g.max_receivers is not None and access.receivers >= g.max_receivers:
-            return self._deny(access, "links", f"policy: group {g.name!r} allows {g.max_receivers} "
+            return self._deny_receiver(access, f"policy: group {g.name!r} allows {g.max_receivers} "
                                                "receiver(s) per connection (max_receivers)")
         return None
 
@@ -208,6 +208,9 @@ class Policy:
         kind = reserved.classify(key)
         g = access.group
         if kind == reserved.ORDINARY:
+            edge = reserved.edge_problem(key)
+            if edge is not None:
+                return None, edge
             if access.targets is not None and not access.targets(key):
                 return None, f"policy: group {g.name!r} may not send to {key!r} (targets)"
             return key, None
@@ -219,6 +222,11 @@ class Policy:
         if kind == reserved.SERVICE:
             return None, f"{key} is a node service address: clients may send only to $management"
         return key, None        # reply addresses (and the rest of _topo/, which leads nowhere)
+
+    def _deny_receiver(self, access: Access, problem: str) -> str:
+        """Deny a receiver's attach (a link denial, also counted as a receiver's)."""
+        self.denials.of(access.listener, access.vhost, access.group_name).denied_receivers += 1
+        return self._deny(access, "links", problem)
 
     def _deny(self, access: Access, kind: str, problem: str) -> str:
         self.denials.deny(kind, access.listener, access.vhost, access.group_name, access.host, access.user,

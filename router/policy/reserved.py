@@ -24,6 +24,7 @@ from __future__ import annotations
 from router.policy.levels import READ, REDACTED, WRITE
 
 TOPO = "_topo/"
+EDGE = "_edge/"
 MANAGEMENT = "$management"
 AGENT_SUFFIX = {REDACTED: "", READ: "/read", WRITE: "/write"}
 
@@ -57,6 +58,15 @@ def agent_key(key: str, level: int) -> str:
 def agent_addresses(level: int) -> str:
     """The address the agent consumes for requests of `level` (`$management`, `$management/read`...)."""
     return MANAGEMENT + AGENT_SUFFIX[level]
+
+
+def edge_problem(key: str) -> str | None:
+    """Why a client may not send to `key` when it is qdrouterd's edge-router space (``_edge/<id>/...``, where
+    qdstat --edge-router sends): this mesh has no edge routers (None: it is not that space)."""
+    if not key.startswith(EDGE):
+        return None
+    return (f"{key}: there are no edge routers here (every node is an interior node of the mesh): address "
+            "a node's agent as _topo/0/<node>/$management (qdstat -r NODE)")
 
 
 def consume_problem(key: str) -> str | None:
