@@ -44,7 +44,7 @@ def test_concurrent_large_messages_each_take_a_link_and_the_links_are_reused(nod
     small.wait_credit()
     bodies = [random_bytes(6 * MB) for _ in range(3)]
     for round_ in range(2):
-        trackers = [s.send(make_message(body)) for s, body in zip(senders, bodies)]
+        trackers = [s.send(make_message(body)) for s, body in zip(senders, bodies, strict=True)]
         smalls = [small.send(make_message(f"small {round_} {k}")) for k in range(20)]
         for t in trackers + smalls:
             assert t.wait(30).outcome == "ACCEPTED", t
