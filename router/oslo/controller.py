@@ -80,6 +80,7 @@ class Op:
     timer: Timer | None = None
     monitor_timer: Timer | None = None
     finished: bool = False
+    ack: bool = True                 # wait for the outcome (else done once on the wire; outcome logged)
 
 
 class Subscription:
@@ -148,7 +149,6 @@ class Controller:
         if self._reconnect is not None:
             self._reconnect.cancel()
         if self.session is not None and not self.session.dead:
-            self.session.dead = True
             if self.session.wire.close():
                 return                       # the loop ends once the router answers (or after 2 s)
         self.loop.halt()
@@ -271,11 +271,16 @@ class Controller:
             self.calls[op.msg_id] = op
         s.used.add(address)
         op.sendop = SendOp(msg.encode(), address, op.deadline, on_done=lambda so, e: self._sent(op, so, e),
-                           label=f"{op.label} to {address}", presettled=op.presettled)
+                           label=f"{op.label} to {address}", presettled=op.presettled,
+                           on_sent=None if op.ack else lambda so: self._finish(op, None))
         s.outbox.send(op.sendop)
 
     def _sent(self, op: Op, so: SendOp, error: RpcException | None) -> None:
-        if op.finished or so is not op.sendop:
+        if so is not op.sendop:
+            return
+        if op.finished:
+            if error is not None and not op.ack:
+                log.error("oslo amqp: %s to %s was sent but not delivered: %s", op.label, op.address, error)
             return
         if error is None:
             if not op.call:

@@ -266,7 +266,7 @@ class AmqpDriver(base.BaseDriver):
         ops = [Op(Dest(t, target.exchange, None, False, NOTIFY),
                   layout.request(message, ctxt, envelope=(version == 2.0)), deadline,
                   "notify" in self.pre_settled, "Notification", exceptions.MessageDeliveryFailure,
-                  retry=retry) for t in topics]
+                  retry=retry, ack=False) for t in topics]
         for op in ops[1:]:                    # the pools' copies go out together with the first
             ctrl.loop.call_soon(lambda op=op: ctrl._start(op))
         errors = []

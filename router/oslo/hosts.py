@@ -1,12 +1,13 @@
 """The hosts of a transport URL (``amqp://u:p@n1:5672,u:p@n2:5672/vhost``), in failover order.
 
-The first connection goes to the first host; when a connection fails or is lost, the next host is tried,
-round the list. Each host keeps its own credentials (oslo's TransportURL gives a user name and password per
+The first connection goes to a host picked at random (as 14.x does, so a service's processes spread over
+the nodes); when a connection fails or is lost, the next host is tried, round the list. Each host keeps its own credentials (oslo's TransportURL gives a user name and password per
 host). ``amqps://`` (or ``ssl = true``) means TLS on every host; the default port is then 5671.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ class Hosts:
             entries.append(Host(h.hostname or "localhost", int(h.port or default_port), user, h.password))
         self.entries: tuple[Host, ...] = tuple(entries) or (Host("localhost", default_port),)
         self.virtual_host: str | None = url.virtual_host or None
-        self._i = 0
+        self._i = random.randrange(len(self.entries))      # noqa: S311 - load spreading, not security
 
     @property
     def current(self) -> Host:

@@ -57,6 +57,7 @@ class SendOp:
     last_outcome: str = ""
     timeout: float = 0.0            # the requested timeout, for messages (default: deadline - now)
     presettled: bool = False        # settled as it is sent: done once on the wire, no outcome awaited
+    on_sent: Callable[[SendOp], None] | None = None     # called each time it goes on the wire
     timer: Timer | None = field(default=None, repr=False)
     retry_timer: Timer | None = field(default=None, repr=False)
 
@@ -173,6 +174,11 @@ class Outbox:
             op.state = SENT
             op.attempts += 1
             self.sent += 1
+            if op.on_sent is not None:
+                try:
+                    op.on_sent(op)
+                except Exception:
+                    log.exception("%s: on_sent callback for %s failed", self.name, op.where)
             if op.presettled:
                 self.wire.settle(dlv, None)
                 self._finish(op, None)
