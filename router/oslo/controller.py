@@ -81,6 +81,7 @@ class Op:
     monitor_timer: Timer | None = None
     finished: bool = False
     ack: bool = True                 # wait for the outcome (else done once on the wire; outcome logged)
+    background: bool = False         # nobody waits for it: a failure is logged
 
 
 class Subscription:
@@ -242,6 +243,10 @@ class Controller:
             op.waiter.set_exception(op.timed_out(f"{op.label} to {op.dest}: no answer from the event loop"))
         return op.waiter.result()
 
+    def post(self, op: Op) -> bool:
+        """Start ``op`` without waiting for it (any thread); False if the transport is closed."""
+        return self.loop.call_soon(lambda: self._start(op))
+
     def _start(self, op: Op) -> None:
         now = time.monotonic()
         if self.auth_error is not None:
@@ -349,6 +354,8 @@ class Controller:
         if op.msg_id is not None:
             self.calls.pop(op.msg_id, None)
         if error is not None:
+            if op.background:
+                log.warning("oslo amqp: %s not delivered: %s", op.label, error)
             op.waiter.set_exception(error)
         else:
             self.loop.defer(op.waiter.set_result, result)
@@ -376,19 +383,17 @@ class Controller:
     def subscribe(self, sub: Subscription, wait: float) -> None:
         """Open ``sub`` (now if connected, on every connection from now on). Waits up to ``wait`` s for
         its links to be attached; raises ``MessagingException`` naming the address the router refused."""
-        self.loop.run_sync(lambda: self._subscribe(sub), timeout=10)
-        if not self.connected.is_set():
-            return
         deadline = time.monotonic() + wait
-        want = None
+        self.loop.run_sync(lambda: self._subscribe(sub), timeout=10)
+        if not self.connected.wait(wait):
+            return                  # not connected yet: the links are opened once it is
+        want = self.loop.run_sync(lambda: len(sub.addresses(self.session.addresser))
+                                  if self.session is not None and self.session.ready else 0)
         with sub.changed:
             while True:
                 if sub.refused:
                     addr, why = next(iter(sub.refused.items()))
                     raise exceptions.MessagingException(f"the router refused a subscription to {addr}: {why}")
-                if want is None:
-                    want = self.loop.run_sync(lambda: len(sub.addresses(self.session.addresser))
-                                              if self.session is not None and self.session.ready else 0)
                 if len(sub.attached) >= want:
                     return
                 left = deadline - time.monotonic()

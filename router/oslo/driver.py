@@ -261,26 +261,19 @@ class AmqpDriver(base.BaseDriver):
                           retry: int | None = None) -> None:
         retry = None if retry is None or retry < 0 else retry
         deadline = time.monotonic() + self.notify_timeout
-        topics = [target.topic] + [f"{target.topic}/pool/{p}" for p in self.pools]
         ctrl = self.ctrl()
-        ops = [Op(Dest(t, target.exchange, None, False, NOTIFY),
-                  layout.request(message, ctxt, envelope=(version == 2.0)), deadline,
-                  "notify" in self.pre_settled, "Notification", exceptions.MessageDeliveryFailure,
-                  retry=retry, ack=False) for t in topics]
-        for op in ops[1:]:                    # the pools' copies go out together with the first
-            ctrl.loop.call_soon(lambda op=op: ctrl._start(op))
-        errors = []
-        for i, op in enumerate(ops):
-            try:
-                if i == 0:
-                    ctrl.run(op)
-                else:
-                    op.waiter.wait(max(0.0, op.deadline - time.monotonic()) + 2.0)
-                    op.waiter.result()
-            except exceptions.MessagingException as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+
+        def op(topic: str, label: str, background: bool = False) -> Op:
+            return Op(Dest(topic, target.exchange, None, False, NOTIFY),
+                      layout.request(message, ctxt, envelope=(version == 2.0)), deadline,
+                      "notify" in self.pre_settled, label, exceptions.MessageDeliveryFailure, retry=retry,
+                      ack=False, background=background)
+
+        # each pool's copy goes out beside the notification; the notifier does not wait for pools (a pool
+        # with no listener reachable drops its copy at the notify timeout, with a warning in the log)
+        for p in self.pools:
+            ctrl.post(op(f"{target.topic}/pool/{p}", f"Notification copy for pool {p}", background=True))
+        ctrl.run(op(target.topic, "Notification"))
 
     def listen(self, target: Any, batch_size: int, batch_timeout: float | None) -> Any:
         listener = Listener(self, [Dest.of(target, RPC)], True, self.opts.rpc_server_credit)

@@ -1,7 +1,8 @@
 """The hosts of a transport URL (``amqp://u:p@n1:5672,u:p@n2:5672/vhost``), in failover order.
 
 The first connection goes to a host picked at random (as 14.x does, so a service's processes spread over
-the nodes); when a connection fails or is lost, the next host is tried, round the list. Each host keeps its own credentials (oslo's TransportURL gives a user name and password per
+the nodes); when a connection fails or is lost, the next host is tried, round the list.
+Each host keeps its own credentials (oslo's TransportURL gives a user name and password per
 host). ``amqps://`` (or ``ssl = true``) means TLS on every host; the default port is then 5671.
 """
 

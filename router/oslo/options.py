@@ -88,6 +88,11 @@ class OptionError(ValueError):
     """An ``[oslo_messaging_amqp]`` setting this driver cannot honour."""
 
 
+def list_opts() -> list[tuple[str, list[cfg.Opt]]]:
+    """For oslo-config-generator (entry point ``oslo.config.opts`` ``meshrouter.oslo``)."""
+    return [(GROUP, list(OPTS))]
+
+
 def register(conf: cfg.ConfigOpts) -> None:
     """Register the group's options on ``conf`` (again is fine)."""
     group = cfg.OptGroup(name=GROUP, title="AMQP 1.0 driver options (meshrouter)")

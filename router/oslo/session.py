@@ -129,6 +129,11 @@ class Session:
         rx = self.receivers.get(link.name)
         if rx is not None:
             rx.window.open(link)
+            # told once this turn's events are all handled: a refusal is an attach and a detach at once
+            self.loop.defer(self._attached, rx)
+
+    def _attached(self, rx: Receiving) -> None:
+        if not self.dead and self.receivers.get(rx.link.name) is rx:
             self.ctrl.on_subscribed(rx.sub, rx.address, None)
 
     def on_link_flow(self, link: Link) -> None:

@@ -1,4 +1,5 @@
-"""An oslo.messaging 18.3.1 process that the tests drive: run by .venv-oslo18's interpreter, so the driver under
+"""An oslo.messaging 18.3.1 process that the tests drive: run by .venv-oslo18's interpreter, so the driver
+under
 test is the ``amqp`` entry point of the meshrouter installed there (``pip install .[oslo]``).
 
     .venv-oslo18/bin/python tests/oslo18/agent.py
@@ -29,6 +30,8 @@ warnings.simplefilter("ignore")
 
 import oslo_messaging as om  # noqa: E402
 from oslo_config import cfg  # noqa: E402
+
+from router.oslo import options  # noqa: E402 - the installed meshrouter's
 
 OUT = threading.Lock()
 
@@ -113,6 +116,9 @@ class Agent:
     # ---- commands
     def transport(self, c: dict) -> dict:
         conf = self.conf
+        options.register(conf)             # so overrides can be set before the driver reads them
+        if c.get("config_file"):
+            conf(["--config-file", c["config_file"]], project="meshrouter-oslo18-agent")
         for k, v in (c.get("amqp") or {}).items():
             conf.set_override(k, v, group="oslo_messaging_amqp")
         make = om.get_notification_transport if c.get("kind") == "notify" else om.get_rpc_transport
@@ -122,6 +128,11 @@ class Agent:
     def driver(self, c: dict) -> dict:
         d = self.transports[c["transport"]]._driver
         return {"driver": f"{type(d).__module__}.{type(d).__name__}", "oslo": version("oslo.messaging")}
+
+    def host(self, c: dict) -> dict:
+        ctrl = self.transports[c["transport"]]._driver._ctrl      # router.oslo internals, for the tests
+        s = ctrl.session if ctrl is not None else None
+        return {"host": str(s.host) if s is not None and s.ready and not s.dead else None}
 
     def _client(self, c: dict):
         target = om.Target(topic=c["topic"], server=c.get("server"), fanout=c.get("fanout", False),

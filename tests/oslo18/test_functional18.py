@@ -49,9 +49,11 @@ def _start(label: str, transport_url: str, tmp: Path, select: str) -> tuple[subp
     env.update(RPC_TRANSPORT_URL=transport_url, NOTIFY_TRANSPORT_URL=transport_url,
                PATH=f"{VENV / 'bin'}:{env.get('PATH', '')}")
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout", "120",
+        proc = subprocess.Popen([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--timeout",
+                                 "120",
                                  "--timeout-method=thread", "-W", "ignore", "-rs", f"--junitxml={xml}",
-                                 "-k", select, "--pyargs", SUITE], cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT)
+                                 "-k", select, "--pyargs", SUITE], cwd=tmp, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
     return proc, xml, log
 
 

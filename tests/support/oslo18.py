@@ -57,7 +57,8 @@ class Agent:
         self.name = name
         self.err_path = tmp / f"oslo18-{name}.stderr"
         with open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen([str(python), str(AGENT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen([str(python), str(AGENT)], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE,
                                          stderr=err, cwd=tmp, text=True, start_new_session=True,
                                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         self._ids = itertools.count(1)
@@ -90,16 +91,16 @@ class Agent:
         except OSError as e:
             return f"<{e}>"
 
-    def cmd(self, cmd: str, timeout: float = 60, check: bool = True, **args: Any) -> dict:
+    def cmd(self, cmd: str, wait_s: float = 90, check: bool = True, **args: Any) -> dict:
         i = next(self._ids)
         self.proc.stdin.write(json.dumps({"id": i, "cmd": cmd, **args}) + "\n")
         self.proc.stdin.flush()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + wait_s
         with self._cond:
             while i not in self._answers and None not in self._answers:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AgentError(f"agent {self.name}: no answer to {cmd} {args} within {timeout} s; "
+                    raise AgentError(f"agent {self.name}: no answer to {cmd} {args} within {wait_s} s; "
                                      f"stderr:\n{self.stderr_tail()}")
                 self._cond.wait(left)
             out = self._answers.pop(i, None) or self._answers[None]
@@ -129,12 +130,12 @@ class Agent:
         problems = []
         if self.proc.poll() is None:
             try:
-                out = self.cmd("cleanup", timeout=30, check=False)
+                out = self.cmd("cleanup", wait_s=30, check=False)
                 if not out.get("ok"):
                     problems.append(f"agent {self.name} cleanup: {out.get('error')}")
                 elif out.get("threads"):
                     time.sleep(1.5)
-                    again = self.cmd("cleanup", timeout=30, check=False).get("threads")
+                    again = self.cmd("cleanup", wait_s=30, check=False).get("threads")
                     if again:
                         problems.append(f"agent {self.name}: threads left behind: {again}")
                 self.proc.stdin.write(json.dumps({"cmd": "exit"}) + "\n")
