@@ -70,10 +70,13 @@ class Inbox:
             self.stopped = True
             self._cond.notify_all()
 
-    def drain(self) -> list[Token]:
+    def drain_items(self) -> list[tuple[Message, Token]]:
         with self._cond:
             items, self._items = list(self._items), deque()
-        return [t for _, t in items]
+        return items
+
+    def drain(self) -> list[Token]:
+        return [t for _, t in self.drain_items()]
 
 
 class IncomingMessage(base.RpcIncomingMessage):
@@ -115,28 +118,43 @@ class IncomingMessage(base.RpcIncomingMessage):
             log.debug("oslo amqp: heartbeat not sent: %s", exc)
 
     def acknowledge(self) -> None:
-        self.listener.settled(self._token)
         self.listener.driver.ctrl().settle(self._token, True)
 
     def requeue(self) -> None:
-        self.listener.settled(self._token)
         self.listener.driver.ctrl().settle(self._token, False)
 
 
 class Listener(base.PollStyleListener):
-    """Polls one subscription's inbox."""
+    """One subscription's messages: polled from its inbox (batches, through oslo's
+    PollStyleListenerAdapter), or handed to oslo's callback on the driver's loop thread (:class:`Direct`)."""
 
     def __init__(self, driver: AmqpDriver, dests: list[Dest], server: bool, credit: int) -> None:
         super().__init__(driver.prefetch_size)
         self.driver = driver
         self.inbox = Inbox()
-        self._held: set[int] = set()
-        self._lock = threading.Lock()
-        self.sub = Subscription(dests, server, credit, lambda msg, token: self.inbox.put((msg, token)))
+        self._direct: Any = None
+        self.sub = Subscription(dests, server, credit, self._deliver)
 
-    def settled(self, token: Token) -> None:
-        with self._lock:
-            self._held.discard(id(token))
+    def _incoming(self, msg: Message, token: Token) -> IncomingMessage | None:
+        try:
+            return IncomingMessage(self, msg, token)
+        except Exception as exc:      # noqa: BLE001 - a body that is not the oslo layout
+            log.warning("oslo amqp: unreadable message rejected: %s", exc)
+            self.driver.ctrl().settle(token, True)
+            return None
+
+    def _deliver(self, msg: Message, token: Token) -> None:
+        """A message for this listener (loop thread)."""
+        callback = self._direct
+        if callback is None:
+            self.inbox.put((msg, token))
+            return
+        incoming = self._incoming(msg, token)
+        if incoming is not None:
+            try:
+                callback([incoming])          # oslo only queues it for its executor
+            except Exception:
+                log.exception("oslo amqp: the server's callback failed")
 
     @base.batch_poll_helper
     def poll(self, timeout: float | None = None) -> IncomingMessage | None:
@@ -144,12 +162,26 @@ class Listener(base.PollStyleListener):
             item = self.inbox.pop(timeout)
             if item is None:
                 return None
-            msg, token = item
-            try:
-                return IncomingMessage(self, msg, token)
-            except Exception as exc:      # noqa: BLE001 - a body that is not the oslo layout
-                log.warning("oslo amqp: unreadable message rejected: %s", exc)
-                self.driver.ctrl().settle(token, True)
+            incoming = self._incoming(*item)
+            if incoming is not None:
+                return incoming
+
+    def go_direct(self, callback: Any) -> None:
+        """From now on hand each message to ``callback`` on the loop thread (what came before first)."""
+        def switch() -> None:
+            self._direct = callback
+            for item in self.inbox.drain_items():
+                self._deliver(*item)
+        self.driver.ctrl().loop.run_sync(switch, timeout=10)
+
+    def stop_direct(self) -> None:
+        def off() -> None:
+            self._direct = None
+        try:
+            self.driver.ctrl().loop.run_sync(off, timeout=10)
+        except (RuntimeError, TimeoutError):
+            self._direct = None
+        self.stop()
 
     def stop(self) -> None:
         self.inbox.stop()
@@ -157,6 +189,33 @@ class Listener(base.PollStyleListener):
 
     def cleanup(self) -> None:
         self.driver.ctrl().unsubscribe(self.sub, self.inbox.drain())
+
+
+class Direct(base.Listener):
+    """A listener of single messages (``batch_size`` 1): each is handed to oslo's callback on the driver's
+    loop thread as it arrives (oslo's callback only queues it for the server's executor), which saves the
+    polling thread's wake-up per message that :class:`base.PollStyleListenerAdapter` costs."""
+
+    def __init__(self, listener: Listener) -> None:
+        super().__init__(1, None, listener.prefetch_size)
+        self.listener = listener
+
+    def start(self, on_incoming_callback: Any) -> None:
+        super().start(on_incoming_callback)
+        self.listener.go_direct(on_incoming_callback)
+
+    def stop(self) -> None:
+        self.listener.stop_direct()
+        super().stop()
+
+    def cleanup(self) -> None:
+        self.listener.cleanup()
+
+
+def _adapt(listener: Listener, batch_size: int, batch_timeout: float | None) -> base.Listener:
+    if batch_size and batch_size > 1:
+        return base.PollStyleListenerAdapter(listener, batch_size, batch_timeout)
+    return Direct(listener)
 
 
 class AmqpDriver(base.BaseDriver):
@@ -278,7 +337,7 @@ class AmqpDriver(base.BaseDriver):
     def listen(self, target: Any, batch_size: int, batch_timeout: float | None) -> Any:
         listener = Listener(self, [Dest.of(target, RPC)], True, self.opts.rpc_server_credit)
         self.ctrl().subscribe(listener.sub, SUBSCRIBE_WAIT)
-        return base.PollStyleListenerAdapter(listener, batch_size, batch_timeout)
+        return _adapt(listener, batch_size, batch_timeout)
 
     def listen_for_notifications(self, targets_and_priorities: list, pool: str | None, batch_size: int,
                                  batch_timeout: float | None) -> Any:
@@ -293,7 +352,7 @@ class AmqpDriver(base.BaseDriver):
                  for t, prio in targets_and_priorities]
         listener = Listener(self, dests, False, self.opts.notify_server_credit)
         self.ctrl().subscribe(listener.sub, SUBSCRIBE_WAIT)
-        return base.PollStyleListenerAdapter(listener, batch_size, batch_timeout)
+        return _adapt(listener, batch_size, batch_timeout)
 
     def cleanup(self) -> None:
         with self._lock:

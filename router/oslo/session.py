@@ -108,6 +108,9 @@ class Session:
             return
         token.done = True
         if not token.settled:
+            # written at once: an RPC server accepts before its endpoint runs, so a server that dies in the
+            # endpoint leaves an accepted request and the caller a MessagingTimeout (not a lazy ack that
+            # never left, which the mesh would answer MODIFIED)
             self.wire.settle(token.delivery, state)
             token.rx.window.on_settled(token.rx.link)
 
