@@ -18,4 +18,8 @@ Each module has one job:
 
 Built on router.rpc's event loop, Proton-C wire and outbox (cproton_ffi), not on pyngus or Proton's
 Container: see docs/OSLO.md, "Why router.rpc".
+
+A client library (services layer), like router.rpc: may import router.rpc, router.amqp and the base,
+python-qpid-proton (its public API and ``cproton_ffi``) and oslo.messaging / oslo.config; nothing of the
+node. Importing this package imports no oslo module; its modules do.
 """

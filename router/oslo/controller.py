@@ -27,7 +27,6 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +40,9 @@ from router.rpc.sending import SendOp
 from router.rpc.wire import ACCEPTED, RELEASED
 
 from . import layout
-from .addressing import Addresser, Dest, Prefixes
+from .addressing import Dest, Prefixes
 from .hosts import Hosts
-from .session import Session, Token
+from .session import Session, Subscription, Token
 from .wire import ConnectSettings
 
 log = logging.getLogger(__name__)
@@ -82,28 +81,6 @@ class Op:
     finished: bool = False
     ack: bool = True                 # wait for the outcome (else done once on the wire; outcome logged)
     background: bool = False         # nobody waits for it: a failure is logged
-
-
-class Subscription:
-    """A listener's addresses (resolved per session), its credit per link and where messages go."""
-
-    def __init__(self, dests: list[Dest], server: bool, credit: int,
-                 deliver: Callable[[Message, Token], None]) -> None:
-        self.dests = dests
-        self.server = server             # RPC server: unicast + multicast + anycast of each dest
-        self.credit = credit
-        self.deliver = deliver
-        self.refused: dict[str, str] = {}        # address -> why the router refused it
-        self.attached: set[str] = set()
-        self.changed = threading.Condition()
-        self.active = True
-
-    def addresses(self, addresser: Addresser | None) -> list[str]:
-        assert addresser is not None
-        out: list[str] = []
-        for d in self.dests:
-            out.extend(addresser.server_addresses(d) if self.server else [addresser.anycast(d)])
-        return out
 
 
 class Controller:

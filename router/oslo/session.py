@@ -10,8 +10,10 @@ Open ``product``. Whatever happens to the connection is reported to the :class:`
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from proton import Message
 
@@ -20,14 +22,33 @@ from router.rpc.errors import RpcUndeliverable
 from router.rpc.sending import Outbox
 from router.rpc.wire import ACCEPTED, MODIFIED, Condition, Link, Outcome, describe
 
-from .addressing import Addresser, choose
+from .addressing import Addresser, Dest, choose
 from .hosts import Host
 from .wire import ConnectSettings, DriverWire
 
-if TYPE_CHECKING:
-    from .controller import Controller, Subscription
-
 log = logging.getLogger(__name__)
+
+
+class Subscription:
+    """A listener's addresses (resolved per session), its credit per link and where messages go."""
+
+    def __init__(self, dests: list[Dest], server: bool, credit: int,
+                 deliver: Callable[[Message, Token], None]) -> None:
+        self.dests = dests
+        self.server = server             # RPC server: unicast + multicast + anycast of each dest
+        self.credit = credit
+        self.deliver = deliver
+        self.refused: dict[str, str] = {}        # address -> why the router refused it
+        self.attached: set[str] = set()
+        self.changed = threading.Condition()
+        self.active = True
+
+    def addresses(self, addresser: Addresser | None) -> list[str]:
+        assert addresser is not None
+        out: list[str] = []
+        for d in self.dests:
+            out.extend(addresser.server_addresses(d) if self.server else [addresser.anycast(d)])
+        return out
 
 
 @dataclass(eq=False)
@@ -54,7 +75,8 @@ class Token:
 class Session:
     """The links of one connection to ``host``; the :class:`~router.rpc.wire.WireHandler` of its wire."""
 
-    def __init__(self, ctrl: Controller, host: Host, settings: ConnectSettings, container_id: str) -> None:
+    def __init__(self, ctrl: Any, host: Host, settings: ConnectSettings, container_id: str) -> None:
+        # ctrl: the router.oslo.controller.Controller (not imported: it imports this module)
         self.ctrl = ctrl
         self.loop = ctrl.loop
         self.host = host
