@@ -118,10 +118,16 @@ class IncomingMessage(base.RpcIncomingMessage):
             log.debug("oslo amqp: heartbeat not sent: %s", exc)
 
     def acknowledge(self) -> None:
-        self.listener.driver.ctrl().settle(self._token, True)
+        self._settle(True)
 
     def requeue(self) -> None:
-        self.listener.driver.ctrl().settle(self._token, False)
+        self._settle(False)
+
+    def _settle(self, accept: bool) -> None:
+        try:
+            self.listener.driver.ctrl().settle(self._token, accept)
+        except exceptions.MessageDeliveryFailure as exc:       # oslo: "does not raise"
+            log.warning("oslo amqp: message not %s: %s", "acknowledged" if accept else "requeued", exc)
 
 
 class Listener(base.PollStyleListener):
@@ -179,16 +185,22 @@ class Listener(base.PollStyleListener):
             self._direct = None
         try:
             self.driver.ctrl().loop.run_sync(off, timeout=10)
-        except (RuntimeError, TimeoutError):
+        except (RuntimeError, TimeoutError, exceptions.MessageDeliveryFailure):
             self._direct = None
         self.stop()
 
     def stop(self) -> None:
         self.inbox.stop()
-        self.driver.ctrl().stop_subscription(self.sub)
+        try:
+            self.driver.ctrl().stop_subscription(self.sub)
+        except exceptions.MessageDeliveryFailure:
+            pass                       # the transport is gone, and the subscription with it
 
     def cleanup(self) -> None:
-        self.driver.ctrl().unsubscribe(self.sub, self.inbox.drain())
+        try:
+            self.driver.ctrl().unsubscribe(self.sub, self.inbox.drain())
+        except exceptions.MessageDeliveryFailure:
+            pass
 
 
 class Direct(base.Listener):
@@ -249,6 +261,7 @@ class AmqpDriver(base.BaseDriver):
         self._ctrl: Controller | None = None
         self._pid: int | None = None
         self._lock = threading.Lock()
+        self._cleaned_up = False
 
     @staticmethod
     def _settings(url: Any, o: Any) -> ConnectSettings:
@@ -284,6 +297,8 @@ class AmqpDriver(base.BaseDriver):
     # ---- the controller, made on first use (and again in a forked child)
     def ctrl(self) -> Controller:
         with self._lock:
+            if self._cleaned_up:      # no new connection for a listener cleaned up after its transport
+                raise exceptions.MessageDeliveryFailure("the transport was cleaned up")
             pid = os.getpid()
             if self._ctrl is None or self._pid != pid:
                 if self._ctrl is not None:
@@ -357,6 +372,7 @@ class AmqpDriver(base.BaseDriver):
     def cleanup(self) -> None:
         with self._lock:
             ctrl, self._ctrl = self._ctrl, None
+            self._cleaned_up = True
         if ctrl is not None:
             ctrl.shutdown()
         log.info("oslo amqp: driver shut down")

@@ -218,6 +218,17 @@ class Agent:
         srv.wait()
         return {}
 
+    def cleanup_transports_first(self, c: dict) -> dict:
+        """The wrong order: transports cleaned up, then their servers stopped; the threads left."""
+        for t in self.transports.values():
+            t.cleanup()
+        self.transports.clear()
+        for name in list(self.servers):
+            self.stop({"name": name})
+        time.sleep(0.5)
+        return {"threads": [t.name for t in threading.enumerate() if t is not threading.main_thread()
+                            and not t.name.endswith("(send_loop)") and t.is_alive()]}
+
     def cleanup(self, c: dict) -> dict:
         for name in list(self.servers):
             self.stop({"name": name})

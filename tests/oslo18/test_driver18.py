@@ -260,3 +260,12 @@ def test_unknown_options_are_refused_with_their_names(node, agents, tmp_path: Pa
     out = b.cmd("transport", name="t", url=url(node), amqp={"pre_settled": ["rpc-cast", "everything"]},
                 check=False)
     assert not out["ok"] and "everything" in out["error"], out
+
+
+def test_a_server_stopped_after_its_transport_was_cleaned_up_opens_no_new_connection(node, agents):
+    a = agents()
+    a.cmd("transport", name="t", url=url(node))
+    a.cmd("server", name="s", transport="t", topic="order", server="s1")
+    a.cmd("listener", name="l", transport="t", topics=["order-events"])
+    out = a.cmd("cleanup_transports_first")
+    assert out["threads"] == [], out
