@@ -18,12 +18,10 @@ import yaml
 from tests.support.meshes import wait_address, wait_converged
 from tests.support.nodes import READY_RE, kill9, spawn
 from tests.support.oslo import EchoEndpoint, rpc_addresses, transport_url
-from tests.support.oslo18 import Agent
+from tests.support.oslo18 import Agent, NotifyCollector
 from tests.support.ports import inter_router_port
 from tests.support.state import gateway_connected, gateway_state
 from tests.support.waiting import wait_until
-
-from .test_notify import NotifyEndpoint
 
 pytestmark = [
     pytest.mark.timeout(90),
@@ -109,7 +107,7 @@ def test_14_callers_are_served_by_18_servers(mesh, oslo, agents):
 
 def test_notifications_both_ways(mesh, oslo, agents):
     # 18.3.1 notifier on C -> 14.x listener on A
-    ep = NotifyEndpoint("listener14")
+    ep = NotifyCollector()
     oslo.notification_listener(mesh["A"], "up18", [ep])
     n18 = agents("notifier18")
     n18.cmd("transport", name="n", url=url(mesh["C"]), kind="notify")

@@ -9,16 +9,8 @@ import pytest
 
 from tests.support.meshes import build
 from tests.support.nodes import MESH_RULES
+from tests.support.oslo import MESH_EDGES, MESH_NODES
 from tests.support.oslo18 import Agent
-
-MESH_NODES = ("A", "B", "C", "D")
-MESH_EDGES = (("B", "A", 1), ("C", "A", 1), ("C", "B", 1), ("D", "C", 1), ("D", "B", 1), ("D", "A", 1))
-
-
-def url(node, user: str | None = None, password: str | None = None) -> str:
-    """The transport URL of one node (empty virtual host)."""
-    creds = f"{user}:{password}@" if user else ""
-    return f"amqp://{creds}{node.host}:{node.port}/"
 
 
 @pytest.fixture

@@ -12,12 +12,11 @@ import pytest
 
 from tests.support.meshes import wait_address
 from tests.support.nodes import MESH_RULES, kill9
+from tests.support.oslo18 import node_url as url
 from tests.support.pki import make_pki
 from tests.support.ports import listener_urls
 from tests.support.security import set_password
 from tests.support.waiting import wait_until
-
-from .conftest import url
 
 pytestmark = pytest.mark.timeout(90)
 RPC = "openstack.org/om/rpc"

@@ -24,10 +24,9 @@ import pytest
 
 from tests.support.meshes import build
 from tests.support.nodes import MESH_RULES
+from tests.support.oslo import MESH_EDGES, MESH_NODES
 from tests.support.oslo18 import VENV, ensure_venv
 from tests.support.rabbit import RABBIT_HOST, RABBIT_PORT, require_rabbit
-
-from .conftest import MESH_EDGES, MESH_NODES
 
 SUITE = "oslo_messaging.tests.functional.test_functional"
 # skipped by the suite itself for amqp: URLs (its code: `if self.rpc_url.startswith("amqp:")` /

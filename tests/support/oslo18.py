@@ -43,6 +43,25 @@ def ensure_venv() -> Path:
     return PYTHON
 
 
+def node_url(node, user: str | None = None, password: str | None = None) -> str:
+    """The transport URL of one node (empty virtual host)."""
+    creds = f"{user}:{password}@" if user else ""
+    return f"amqp://{creds}{node.host}:{node.port}/"
+
+
+class NotifyCollector:
+    """An oslo notification endpoint (info, error) for the main venv's listeners: what it got, in order."""
+
+    def __init__(self) -> None:
+        self.got: queue.Queue = queue.Queue()
+
+    def info(self, ctxt, publisher_id, event_type, payload, metadata):
+        self.got.put(("info", publisher_id, event_type, payload))
+
+    def error(self, ctxt, publisher_id, event_type, payload, metadata):
+        self.got.put(("error", publisher_id, event_type, payload))
+
+
 class AgentError(AssertionError):
     pass
 
