@@ -56,6 +56,8 @@ class SendOp:
     attempts: int = 0
     last_outcome: str = ""
     timeout: float = 0.0            # the requested timeout, for messages (default: deadline - now)
+    presettled: bool = False        # settled as it is sent: done once on the wire, no outcome awaited
+    on_sent: Callable[[SendOp], None] | None = None     # called each time it goes on the wire
     timer: Timer | None = field(default=None, repr=False)
     retry_timer: Timer | None = field(default=None, repr=False)
 
@@ -137,6 +139,17 @@ class Outbox:
                 self._drop_link(target, st)
                 st.link.close()
 
+    def close_idle(self, keep: set[str | None]) -> int:
+        """Close the sender links whose target is not in ``keep`` and that hold nothing (no message
+        waiting, none unsettled); how many were closed."""
+        closed = 0
+        for target, st in list(self._links.items()):
+            if target not in keep and not st.queue and st.unsettled == 0:
+                self._drop_link(target, st)
+                st.link.close()
+                closed += 1
+        return closed
+
     def _drop_link(self, target: str | None, st: _LinkState) -> None:
         self._links.pop(target, None)
         self._by_name.pop(st.link.name, None)
@@ -160,8 +173,17 @@ class Outbox:
             dlv = link.send(b"%d" % next(self._tags), op.payload)
             op.state = SENT
             op.attempts += 1
-            st.unsettled += 1
             self.sent += 1
+            if op.on_sent is not None:
+                try:
+                    op.on_sent(op)
+                except Exception:
+                    log.exception("%s: on_sent callback for %s failed", self.name, op.where)
+            if op.presettled:
+                self.wire.settle(dlv, None)
+                self._finish(op, None)
+                continue
+            st.unsettled += 1
             self._unsettled[dlv] = (st, op)
         if link.drain_mode:
             link.drained()

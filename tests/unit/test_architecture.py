@@ -24,12 +24,12 @@ LAYERS = {
     "router.adapter": 3,                                                             # Proton adapter
     "router.node": 4,                                                                # node
     "router.management": 5, "router.gateway": 5, "router.telemetry": 5,             # services
-    "router.rpc": 5, "router.analytics": 5,
+    "router.rpc": 5, "router.analytics": 5, "router.oslo": 5,
     "router.launch": 6, "router.cli": 6, "router.__main__": 6, "router.meshctl": 6,  # CLI
 }
 LAYER_NAMES = ("base", "codec", "core", "adapter", "node", "services", "CLI")
 #: Outside the adapter, only client libraries may use python-qpid-proton (its public API).
-PROTON_CLIENTS = ("router.rpc", "router.management.client", "router.management.security")
+PROTON_CLIENTS = ("router.rpc", "router.oslo", "router.management.client", "router.management.security")
 PROTON = ("proton", "cproton_ffi", "cproton")
 
 
