@@ -130,11 +130,12 @@ def _bench(client: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([str(client), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _result(proc: subprocess.Popen, timeout: float) -> dict:
+def _result(proc: subprocess.Popen, timeout: float, what: str = "load generator") -> dict:
+    """The last JSON line a client process printed (it is waited for)."""
     out, err = proc.communicate(timeout=timeout)
     lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if not lines:
-        raise SystemExit(f"load generator printed no result: {out[-500:]} {err[-500:]}")
+        raise SystemExit(f"{what} printed no result: {out[-500:]} {err[-500:]}")
     return json.loads(lines[-1])
 
 
@@ -155,11 +156,7 @@ def _js(*args: str) -> subprocess.Popen:
 
 
 def _js_result(proc: subprocess.Popen, timeout: float) -> dict:
-    out, err = proc.communicate(timeout=timeout)
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if not lines:
-        raise SystemExit(f"big.js printed no result: {out[-500:]} {err[-500:]}")
-    return json.loads(lines[-1])
+    return _result(proc, timeout, "big.js")
 
 
 def hol_round(client: Path, ingress: Any, send_url: str, recv_url: str, big_send_url: str, big_recv_url: str,
