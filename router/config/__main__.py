@@ -14,8 +14,9 @@ def main(argv: list[str] | None = None) -> int:
                                      description="The configuration reference, from the key declarations.")
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--markdown", action="store_true", help="print the reference as a Markdown table")
-    what.add_argument("--update", metavar="README", type=Path,
-                      help=f"replace the table between the lines {BEGIN!r} and {END!r} of this file")
+    what.add_argument("--update", metavar="FILE", type=Path,
+                      help=f"replace the table between the lines {BEGIN!r} and {END!r} of this file "
+                           "(docs/CONFIGURATION.md)")
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown())

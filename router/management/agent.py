@@ -64,6 +64,7 @@ class ManagementAgent:
             link.flow(CREDIT)
         self._waiting: deque[tuple[str, bytes]] = deque()   # (reply_to, encoded answer)
         self.answered = 0
+        self.closed = False             # close() called: our links close with it, nothing to warn about
         self.server = server
         self.loop = loop
         self._last_sample = time.monotonic()
@@ -160,6 +161,7 @@ class ManagementAgent:
         self.conn.forget(d)
 
     def close(self) -> None:
+        self.closed = True
         self._sampler.cancel()
         self.conn.close()
 
@@ -188,8 +190,9 @@ class _Requests:
         pass
 
     def on_link_closed(self) -> None:
-        log.warning("management: the request link %s was closed (%s)", agent_addresses(self.level),
-                    self.agent.receivers[self.level].error)
+        if not self.agent.closed:       # a clean stop closes it on purpose
+            log.warning("management: the request link %s was closed (%s)", agent_addresses(self.level),
+                        self.agent.receivers[self.level].error)
 
 
 class _Replies:
@@ -205,4 +208,5 @@ class _Replies:
         self.agent._send()
 
     def on_link_closed(self) -> None:
-        log.warning("management: the reply link was closed (%s)", self.agent.replies.error)
+        if not self.agent.closed:       # a clean stop closes it on purpose
+            log.warning("management: the reply link was closed (%s)", self.agent.replies.error)

@@ -22,12 +22,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from router.argtypes import positive_seconds
+from router.management.bus import DEFAULT_BUS
 from router.management.console_page import PAGE
 from router.management.security import ClientSecurity, add_security_options, security_from_args
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BUS = "amqp://127.0.0.1:5672"
 DEFAULT_INTERVAL = 1.0
 COUNTERS = ("deliveriesIngress", "deliveriesEgress", "deliveriesTransit", "acceptedDeliveries",
             "rejectedDeliveries", "releasedDeliveries", "modifiedDeliveries")

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from router.argtypes import positive_seconds
+from router.management.bus import DEFAULT_BUS
 from router.management.security import add_security_options, security_from_args
 
-DEFAULT_BUS = "amqp://127.0.0.1:5672"
 DEFAULT_TIMEOUT = 10.0
 OPERATIONS = ("create", "update", "delete", "query", "read")
 

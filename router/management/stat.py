@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from router.argtypes import positive_seconds
+from router.management.bus import DEFAULT_BUS
 from router.management.security import add_security_options, security_from_args
 from router.management.tables import GENERAL, VIEWS, View, heading, render
 
 if TYPE_CHECKING:       # the client imports Proton: only when a command runs
     from router.management.client import ManagementClient
 
-DEFAULT_BUS = "amqp://127.0.0.1:5700"
 DEFAULT_TIMEOUT = 5.0
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 

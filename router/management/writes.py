@@ -30,7 +30,7 @@ from typing import Any
 
 from router.config import ConfigError, NodeConfig, parse_config
 from router.node.reconfigure import ReloadResult, apply
-from router.policy.levels import WRITE
+from router.policy.levels import NAMES, WRITE
 
 WRITE_OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 TYPES = ("listener", "connector", "address-rule", "policy-group")
@@ -47,6 +47,14 @@ class Refused(Exception):
         super().__init__(description)
         self.status = status
         self.description = description
+
+
+def forbidden_description(operation: str, level: int) -> str:
+    """The 403 of a write below ``write``: what the requester has and the policy that grants the rest."""
+    return (f"{operation} needs management write access and this connection has {NAMES[level]!r}: give its "
+            "policy group `management: write` in the config of the node it connects to, e.g. "
+            "`policy: {default_group: clients, groups: {clients: {}, operators: {users: [anonymous], "
+            "remote_hosts: [localhost], management: write}}}` (docs/SECURITY.md, \"Management access\")")
 
 
 class ConfigWriter:
@@ -82,8 +90,7 @@ class ConfigWriter:
     def allowed(operation: str, level: int) -> None:
         """Raise Refused (403) unless `level` may write."""
         if level < WRITE:
-            raise Refused(FORBIDDEN, f"{operation} needs management write access (a policy group with "
-                                     "management: write)")
+            raise Refused(FORBIDDEN, forbidden_description(operation, level))
 
     def started_from_file(self) -> None:
         """Raise Refused (501) for a node that has no config data to edit."""

@@ -44,7 +44,11 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 
 def make_mesh_pki(directory: Path, node_ids: list[str] | tuple[str, ...]) -> MeshPki:
-    """Make the CA and a certificate per node in `directory` (created, emptied of old files first)."""
+    """Make the CA and a certificate per node in `directory` (created, emptied of old files first).
+
+    The paths returned are absolute: the node configs that name them are read relative to their own
+    folder (the run directory), not to the working directory ``mesh up`` ran in."""
+    directory = directory.resolve()
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     for old in directory.iterdir():

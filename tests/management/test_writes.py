@@ -97,8 +97,12 @@ def test_writes_need_management_write(node_factory):
     n = node_factory("A")                          # no policy: anonymous from localhost reads, no more
     r = manage(n, "create", "--type", "address-rule", "prefix=fanout", "distribution=multicast")
     assert r.returncode == 1
-    assert r.stderr.strip() == ("meshrouter: error: create address-rule: 403 CREATE needs management write "
-                                "access (a policy group with management: write)")
+    assert r.stderr.startswith("meshrouter: error: create address-rule: 403 CREATE needs management write "
+                               "access and this connection has 'read': give its policy group "
+                               "`management: write` in the config of the node it connects to, e.g. "
+                               "`policy: {default_group: clients, groups: {clients: {}, operators: "
+                               "{users: [anonymous], remote_hosts: [localhost], management: write}}}`"), \
+        r.stderr
     assert manage(n, "query", "--type", "address-rule").returncode == 0
 
 
