@@ -2,7 +2,7 @@
 
 The layout is fixed by docs/CONTRACTS.md. Each key is declared once, as a field of the model
 (:mod:`~router.config.model`, :mod:`~router.config.brokers`): its name, type, default, checker and the
-line of the README's configuration reference live in that one declaration (:mod:`~router.config.keys`
+line of docs/CONFIGURATION.md live in that one declaration (:mod:`~router.config.keys`
 says how). Every problem is a :class:`ConfigError` naming the file, the key path and what is wrong.
 
 Modules: ``keys`` (declaring and reading keys), ``checks`` (checkers of single values), ``model``,

@@ -2,7 +2,7 @@
 
 ``declare(check, doc, default)`` returns a ``dataclasses.field``. The field's name is the YAML key (unless
 ``name`` says otherwise), its default is the key's default (none: the key is required), ``check``
-validates a value and ``doc`` is the key's line in the README's configuration reference. So a dataclass
+validates a value and ``doc`` is the key's line in docs/CONFIGURATION.md. So a dataclass
 of the model is at once what the node runs from, the validation table of its YAML mapping and the
 reference's rows.
 

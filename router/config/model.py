@@ -1,7 +1,7 @@
 """The configuration model: frozen dataclasses the node runs from, each field a YAML key declared once.
 
 The layout is fixed by docs/CONTRACTS.md. Each field's :func:`~router.config.keys.key` holds the key's
-checker, its default (the field's) and its line in the README's configuration reference; the field
+checker, its default (the field's) and its line in docs/CONFIGURATION.md; the field
 order is the order keys are checked in. ``NodeConfig`` is flat for the code that reads it; its fields'
 ``group`` puts them back into the file's ``node:`` and ``addresses:`` mappings.
 """
@@ -113,8 +113,8 @@ def _ws_path(value: object, path: str) -> str:
 class ListenerConfig:
     """One listening socket, with its security settings and per-connection limits (None = no limit).
 
-    The default limits bound what one connection and one listener can make the node hold (README,
-    "Security and limits": worst-case memory per connection)."""
+    The default limits bound what one connection and one listener can make the node hold (docs/SECURITY.md,
+    "Worst-case memory per connection")."""
 
     host: str = declare(c.host, "address to bind")
     port: int = declare(c.int_in(0, 65535), "0 picks a free port (printed on stdout)")

@@ -1,6 +1,6 @@
 """``policy:``: who may connect, receive from and send to which address, and manage the node.
 
-The section's keys are declared here (README "Security and limits" explains them); router.policy compiles
+The section's keys are declared here (docs/SECURITY.md explains them); router.policy compiles
 them into what the node checks at Open and attach. The top-level ``groups`` and ``default_group`` are the
 default vhost; ``vhosts`` holds more, chosen by the hostname of a client's Open (or forced per listener by
 ``listeners[].policy_vhost``). Checks across keys (`check_policy`): ``default_group`` names a group of its

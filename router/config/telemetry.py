@@ -2,7 +2,7 @@
 
 Each key is declared once, as a field of :class:`TelemetryConfig`: its default is the field's, its checks
 are in ``__post_init__`` and :meth:`TelemetryConfig.from_mapping`, and the field's metadata holds what the
-README's configuration reference shows (``type`` and ``doc``; router.config.reference reads them).
+docs/CONFIGURATION.md shows (``type`` and ``doc``; router.config.reference reads them).
 """
 
 from __future__ import annotations

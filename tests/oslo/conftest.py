@@ -121,7 +121,7 @@ def mesh_brokers(request) -> dict:
     return {mark.args[0] if mark.args else "A": request.getfixturevalue("rabbit").brokers_extra()}
 
 
-#: What the amqp1 driver needs (README "Authorization", the worked example's `om` group): its addresses
+#: What the amqp1 driver needs (docs/SECURITY.md, the worked example's `om` group): its addresses
 #: under openstack.org/om/, a dynamic reply address per connection, replies sent by a sender targeted at the
 #: reply address (it never uses the anonymous relay); no management.
 #: The tests read the policy's counters through the vhost `monitor.test` (management only).

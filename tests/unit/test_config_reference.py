@@ -1,7 +1,8 @@
 """The configuration reference and the defaults: documented where declared, each defined once.
 
-README.md's table is generated from the key declarations (router.config.reference), so a key cannot be
-added, renamed or given a new default without the README changing with it. Defaults that another layer
+docs/CONFIGURATION.md's table is generated from the key declarations (router.config.reference), so a key
+cannot be added, renamed or given a new default without the reference changing with it, and each key must
+have its own row there. Defaults that another layer
 needs come from router.defaults; these tests check that every user agrees with the declaration.
 """
 
@@ -19,16 +20,32 @@ from router.config.keys import KEY
 from router.config.reference import markdown, readme_table, rows, with_table
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+REFERENCE = REPO / "docs" / "CONFIGURATION.md"
 
 
-def test_readme_holds_the_generated_table() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert readme_table(text) is not None, "README.md lost the generated-table markers"
+def test_the_configuration_guide_holds_the_generated_table() -> None:
+    text = REFERENCE.read_text(encoding="utf-8")
+    assert readme_table(text) is not None, "docs/CONFIGURATION.md lost the generated-table markers"
     assert readme_table(text) == markdown(), (
-        "README.md's configuration reference is not current: run "
-        "`python -m router.config --update README.md` and commit the result")
+        "docs/CONFIGURATION.md's configuration reference is not current: run "
+        "`python -m router.config --update docs/CONFIGURATION.md` and commit the result")
     assert with_table(text) == text
+
+
+def test_every_key_has_its_row_in_the_configuration_guide() -> None:
+    """Named key by key, so the failure says which key is missing (not only that the table differs)."""
+    table = readme_table(REFERENCE.read_text(encoding="utf-8")) or ""
+    documented = {line.split("|")[1].strip().strip("`") for line in table.splitlines()
+                  if line.startswith("| `")}
+    missing = [path for path, *_ in rows() if path not in documented]
+    assert not missing, (f"docs/CONFIGURATION.md has no row for {', '.join(missing)}: run "
+                         "`python -m router.config --update docs/CONFIGURATION.md`")
+    assert documented == {path for path, *_ in rows()}, "rows for keys that do not exist"
+
+
+def test_the_readme_points_to_the_reference_instead_of_holding_it() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert readme_table(text) is None and "docs/CONFIGURATION.md" in text
 
 
 def test_python_m_router_config_prints_the_table() -> None:
