@@ -118,16 +118,23 @@ def build_parser(only_core: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.Namespace:
+    """The command line as `parser` reads it, KEY=VALUE attributes after options included (``manage create
+    --type listener port=5680``); usage errors exit as argparse's do (tests/docs parses the guides' commands
+    with it)."""
+    args, extra = parser.parse_known_args(list(words))
+    if extra:
+        if not hasattr(args, "attributes") or any(a.startswith("-") or "=" not in a for a in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.attributes += extra
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``meshrouter`` script and ``python -m router``; returns the exit code."""
     try:
         words = sys.argv[1:] if argv is None else list(argv)
-        parser = build_parser(only_core=bool(words) and words[0] in CORE_COMMANDS)
-        args, extra = parser.parse_known_args(words)
-        if extra:           # KEY=VALUE after options (`manage create --type listener port=5680`)
-            if not hasattr(args, "attributes") or any(a.startswith("-") or "=" not in a for a in extra):
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-            args.attributes += extra
+        args = parse_args(build_parser(only_core=bool(words) and words[0] in CORE_COMMANDS), words)
     except SystemExit as exc:  # --help, --version and usage errors: argparse has printed already
         return exc.code if isinstance(exc.code, int) else (EXIT_OK if exc.code is None else EXIT_FAILURE)
     try:
