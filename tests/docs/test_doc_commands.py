@@ -13,7 +13,6 @@ import contextlib
 import importlib.util
 import io
 import re
-import shlex
 import subprocess
 import tomllib
 from pathlib import Path
@@ -22,23 +21,13 @@ import pytest
 
 from router.cli import build_parser, parse_args
 from tests.support.doc_commands import SHELL_LANGS, Command, all_commands, blocks, guides
+from tests.support.doc_commands import words as _words
 from tests.support.nodes import REPO_ROOT
 from tests.support.qdr_tools import recording
 
 COMMANDS = all_commands()
 REPO_DIRS = ("topologies/", "config/", "examples/", "docs/", "benchmarks/", "router/", "tests/")
 SHELL_ONLY = {"echo", "export", ".", "for", "cd", "kill"}   # checked by `bash -n` alone
-
-
-def _words(text: str) -> list[str]:
-    """The command's words: continuation lines joined, comments, env assignments and a trailing ``&``
-    dropped."""
-    words = shlex.split(text.replace("\\\n", " "), comments=True)
-    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):
-        words.pop(0)
-    if words and words[-1] == "&":
-        words.pop()
-    return [w for w in words if not w.startswith("2>")]
 
 
 def _parses(parser_words: list[str], parser) -> None:

@@ -17,6 +17,7 @@ The convention (docs/CONTRIBUTING.md, "Commands in the guides"):
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,3 +169,20 @@ def matches(sample: list[str], actual: str) -> str | None:
         pos += 1
         gap = False
     return None
+
+
+def words(text: str) -> list[str]:
+    """A command's words: continuation lines joined; comments, leading ``VAR=value`` assignments, a
+    trailing ``&`` and ``2>...`` redirections dropped."""
+    out = shlex.split(text.replace("\\\n", " "), comments=True)
+    while out and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", out[0]):
+        out.pop(0)
+    if out and out[-1] == "&":
+        out.pop()
+    return [w for w in out if not w.startswith("2>")]
+
+
+def map_ports(text: str, ports: dict[int, int]) -> str:
+    """`text` with each port of `ports` (a number after ``:``, ``=`` or a space: ``host:5703``, ``port=5680``,
+    ``port: 5711``, ``--port 8080``) replaced by the one in use."""
+    return re.sub(r"(?<=[:=\s])(\d{4,5})\b", lambda m: str(ports.get(int(m.group(1)), m.group(1))), text)
