@@ -339,3 +339,30 @@ def test_mesh_render_and_the_copy_loop_give_each_host_what_its_config_names(tmp_
         assert (host / f"etc/systemd/system/meshrouter-{node}.service").is_file()
         ssh_log = (tmp_path / "hosts" / f"{host.name}.ssh").read_text()
         assert f"systemctl enable --now meshrouter-{node}" in ssh_log
+
+
+def test_reload_prints_what_the_guide_shows(tmp_path):
+    """docs/OPERATIONS.md, "Change a running node": the node of config/node.yaml, edited as the sample's
+    lines say (a listener added on 5673, one address rule changed, link_capacity changed), then reloaded."""
+    command = find(DOCS / "OPERATIONS.md", "meshrouter reload /etc/meshrouter/A.yaml")
+    client, added = free_ports(2)
+    config = yaml.safe_load((REPO_ROOT / "config" / "node.yaml").read_text())
+    config["listeners"][0]["port"] = client
+    path = tmp_path / "A.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    node = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        while not node.stdout.readline().startswith("ready:"):
+            assert node.poll() is None, "the node did not start"
+        config["listeners"].append({"host": "0.0.0.0", "port": added})
+        config["addresses"]["rules"][-1]["prefix"] = "fanout"
+        config["node"]["link_capacity"] = 2 * config["node"]["link_capacity"]
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        text = map_ports(command.text.replace("/etc/meshrouter/A.yaml", str(path)), {5673: added})
+        proc = subprocess.run([sys.executable, "-m", "router", *words(text)[1:]], capture_output=True,
+                              text=True, timeout=TIMEOUT)
+        shows(command.output, proc)
+    finally:
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(15) == 0
