@@ -172,13 +172,26 @@ def test_no_shell_block_escapes_the_check(path: Path) -> None:
                 f"{path.name}:{block.line}: `$ ` lines outside a ```console block"
 
 
+def _anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown file."""
+    slugs = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if re.match(r"#{1,6} ", line):
+            slug = re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            slugs.add(slug)
+    return slugs
+
+
 @pytest.mark.parametrize("path", guides(), ids=lambda p: p.name)
 def test_every_link_to_a_file_of_the_repository_exists(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)]*))?\)", text):
         if target.startswith(("http://", "https://", "mailto:")):
             continue
-        assert (path.parent / target).exists(), f"{path.name}: link to {target}, which does not exist"
+        linked = (path.parent / target) if target else path
+        assert linked.exists(), f"{path.name}: link to {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            assert anchor in _anchors(linked), f"{path.name}: link to {target}#{anchor}: no such heading"
 
 
 def test_a_broken_command_is_caught() -> None:
