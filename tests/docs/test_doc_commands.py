@@ -14,10 +14,12 @@ import importlib.util
 import io
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 
 from router.cli import build_parser, parse_args
 from tests.support.doc_commands import SHELL_LANGS, Command, all_commands, blocks, guides
@@ -170,6 +172,25 @@ def test_no_shell_block_escapes_the_check(path: Path) -> None:
         if block.lang != "console":
             assert not any(line.startswith("$ ") for line in block.lines), \
                 f"{path.name}:{block.line}: `$ ` lines outside a ```console block"
+
+
+@pytest.mark.parametrize("path", guides(), ids=lambda p: p.name)
+def test_every_yaml_block_is_yaml_and_a_whole_node_config_passes_check_config(path: Path, tmp_path) -> None:
+    """A config shown in a guide is one a node accepts (those naming certificate or users files aside: the
+    files are the reader's)."""
+    for block in blocks(path):
+        if block.lang != "yaml":
+            continue
+        data = yaml.safe_load(block.text)
+        if not (isinstance(data, dict) and {"node", "listeners"} <= data.keys()):
+            continue
+        if re.search(r"\b(cert|key|ca|users_file|sasldb|key_password_file):", block.text):
+            continue
+        config = tmp_path / "shown.yaml"
+        config.write_text(block.text)
+        proc = subprocess.run([sys.executable, "-m", "router", "check-config", str(config)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, f"{path.name}:{block.line}: {proc.stderr.strip()}"
 
 
 def _anchors(path: Path) -> set[str]:

@@ -141,6 +141,12 @@ def test_mesh_up_tls_from_the_checkout_then_status_and_down(checkout):
     shows(down.output, checkout.run(down.text))
     checkout.started = False
     _no_warnings(checkout.root / ".mesh" / "four-node")
+    # `tls: true` in the topology goes the same way (the other form of the failure)
+    with checkout.topology.open("a") as f:
+        f.write("tls: true\n")
+    up = find(mesh, ".venv/bin/meshrouter mesh up topologies/four-node.yaml")
+    shows(up.output, checkout.run(up.text))
+    assert (checkout.root / ".mesh" / "four-node" / "pki" / "A.pem").is_file()
 
 
 def test_make_run_prints_what_the_readme_shows(checkout):
