@@ -7,8 +7,8 @@ says how). Every problem is a :class:`ConfigError` naming the file, the key path
 
 Modules: ``keys`` (declaring and reading keys), ``checks`` (checkers of single values), ``model``,
 ``brokers`` and ``telemetry`` (the dataclasses), ``secure`` (TLS and SASL keys together, with their
-files), ``load`` (file -> NodeConfig, the checks across keys), ``reference`` (the README table;
-``python -m router.config --markdown`` prints it).
+files), ``load`` (file -> NodeConfig, the checks across keys), ``reference`` (the table of
+docs/CONFIGURATION.md; ``python -m router.config --markdown`` prints it).
 
 Owns the config model; the gateway's and telemetry's configuration objects are part of it
 (router.gateway.config and router.telemetry.config re-export the classes declared here, in ``brokers``

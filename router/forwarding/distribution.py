@@ -5,7 +5,7 @@ round-robin cursor. `backlog(handle)` is the adapter's count of deliveries hande
 not yet on the wire (a closed session window keeps them there); it is asked only about a consumer that
 already has more than `limit` unsettled deliveries.
 
-Rules (the README's "Behaviour in brief" table says the same for users):
+Rules (docs/MESH.md's "How the node and the mesh forward" table says the same for users):
 
 * closest, one node: round-robin over consumers with credit whose session is not backed up;
 * balanced, one node: fewest unsettled deliveries wins; consumers without credit only when none has any;
