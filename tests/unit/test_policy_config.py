@@ -132,10 +132,10 @@ def _with_policy(policy: dict) -> dict:
     return {"node": {"id": "A"}, "listeners": [LISTENER], "policy": policy}
 
 
-def test_the_readme_example_is_a_valid_policy() -> None:
-    text = (REPO / "README.md").read_text()
+def test_the_guides_example_is_a_valid_policy() -> None:
+    text = (REPO / "docs" / "SECURITY.md").read_text()
     block = text.split("**A policy.**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
-    cfg = parse_config(_with_policy(yaml.safe_load(block)["policy"]), "README.md")
+    cfg = parse_config(_with_policy(yaml.safe_load(block)["policy"]), "docs/SECURITY.md")
     groups = cfg.policy.groups
     assert set(groups) == {"openstack", "admins", "monitoring"}
     assert groups["openstack"].sources == ("openstack.org/om/#",) and groups["admins"].management == "write"
