@@ -215,36 +215,50 @@ def test_two_nodes_joined_by_hand(tmp_path):
 # ------------------------------------------------------------------------------- the README's tour
 
 
-def test_the_tour_stat_rpc_snippet_console_and_graph(checkout):
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The mesh of the README's tour, up once for the tests below (``mesh up`` as docs/MESH.md shows it)."""
+    c = Checkout(tmp_path_factory.mktemp("demo"))
     up = find(DOCS / "MESH.md", ".venv/bin/meshrouter mesh up topologies/four-node.yaml")
-    shows(up.output, checkout.run(up.text))
-    stat = find(README, ".venv/bin/meshrouter stat -b amqp://127.0.0.1:5703 -n")
-    shows(stat.output, checkout.run(stat.text))
-    for prefix in ("-g", "-r A -a", "--all-nodes -l --json"):
-        checkout.run(find(DOCS / "OPERATIONS.md",
-                          f".venv/bin/meshrouter stat -b amqp://127.0.0.1:5703 {prefix}").text)
+    shows(up.output, c.run(up.text))
+    yield c
+    c.down()
 
-    # issue 34 (4): the snippet raised RpcTimeout as written (a fanout nobody subscribed to)
+
+def test_the_tour_stat(demo):
+    stat = find(README, ".venv/bin/meshrouter stat -b amqp://127.0.0.1:5703 -n")
+    shows(stat.output, demo.run(stat.text))
+    for prefix in ("-g", "-r A -a", "--all-nodes -l --json"):
+        command = find(DOCS / "OPERATIONS.md", f".venv/bin/meshrouter stat -b amqp://127.0.0.1:5703 {prefix}")
+        demo.run(command.text)
+
+
+def test_the_rpc_snippet_runs_as_written(demo):
+    """Issue 34 (4): the snippet raised RpcTimeout as written (a fanout nobody subscribed to)."""
     (snippet,) = python_blocks(README)
     assert [b.text for b in python_blocks(DOCS / "RPC.md")] == [snippet.text], "README and RPC.md differ"
     printed = next(b for b in blocks(DOCS / "RPC.md") if b.lang == "text").lines
-    proc = subprocess.run([sys.executable, "-c", map_ports(snippet.text, checkout.ports)], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, "-c", map_ports(snippet.text, demo.ports)], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == list(printed)
 
-    graph = find(README, ".venv/bin/meshrouter mesh graph topologies/four-node.yaml")
-    checkout.run(graph.text)
-    assert (checkout.root / "mesh-graph.png").stat().st_size > 0
-    assert (checkout.root / "mesh-graph.svg").exists()
 
+def test_the_topology_picture(demo):
+    graph = find(README, ".venv/bin/meshrouter mesh graph topologies/four-node.yaml")
+    demo.run(graph.text)
+    assert (demo.root / "mesh-graph.png").stat().st_size > 0
+    assert (demo.root / "mesh-graph.svg").exists()
+
+
+def test_the_console_shows_the_four_nodes(demo):
     console = find(README, ".venv/bin/meshrouter console -b amqp://127.0.0.1:5703 --port 8080")
     (page,) = free_ports(1)
-    checkout.ports[8080] = page
-    proc = subprocess.Popen(checkout.argv(console.text), cwd=checkout.root, stdout=subprocess.DEVNULL,
+    demo.ports[8080] = page
+    proc = subprocess.Popen(demo.argv(console.text), cwd=demo.root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline, nodes = time.monotonic() + 30, []
+        deadline, nodes = time.monotonic() + 60, []
         while len(nodes) < 4 and time.monotonic() < deadline:
             time.sleep(0.5)
             try:
