@@ -27,6 +27,7 @@ from typing import Protocol
 from router.adapter.connection import Connection
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
+from router.adapter.routerlinks import ROUTER_ROLES
 from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
@@ -35,6 +36,7 @@ from router.logs import LogEvery
 from router.node.collector import TICK as GC_TICK
 from router.node.collector import GcPacer
 from router.node.connectors import Connector
+from router.node.edges import EdgeUplinks, InteriorEdges
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.memory import Trimmer
 from router.node.mesh import MeshControl
@@ -89,8 +91,21 @@ class NodeServer:
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control,
                                 close=self._close_impostor)
-        self.engine.mesh = self.mesh
-        self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
+        self.connectors = [Connector(cc, loop, self._connector_connected)
+                           for cc in (*config.connectors, *config.uplinks)]
+        for i, connector in enumerate(self.connectors):
+            connector.index = i             # an edge prefers the first of equally cheap uplinks
+        # edge mode (router.node.edges): an edge's uplinks replace the link-state protocol; an interior
+        # with a `role: edge` listener takes edges
+        self.edges: object = None
+        links = self.engine.mesh_links
+        if config.mode == "edge":
+            self.edges = links.edge = EdgeUplinks(self.core, links.send_control)
+        else:
+            self.engine.mesh = self.mesh
+            if any(lc.role == "edge" for lc in config.listeners):
+                self.edges = links.edge = InteriorEdges(self.core, self.mesh, links.send_control,
+                                                        self._watch_for_edges, links)
         # plugged in by router.launch: started after the listeners, stopped (in reverse) before the
         # connections close; each has start() and stop()
         self.services: list[Service] = []
@@ -291,7 +306,7 @@ class NodeServer:
         """Hand a connected socket to the engine (under its listener's or connector's policy) and watch it."""
         # a client may ask for a FLOW echo (Proton ignores it: the node answers); a peer node never does
         # (Proton sends echo=false), and scanning a peer's reads for it cost a transit hop ~3% per message
-        echo = None if role == "inter-router" else FlowEchoDetector()
+        echo = None if role in ROUTER_ROLES else FlowEchoDetector()
         conn = self.engine.add_connection(sock, peer, role, echo, client=client, cost=cost)
         if policy is not None:
             policy.apply(conn)              # TLS, SASL and limits, before the first byte
@@ -434,7 +449,8 @@ class NodeServer:
         echo = conn.read()
         if peer is not None and now >= peer.heard_due:     # a peer sending anything is alive (HELLO or not)
             peer.heard_due = now + HEARD_EVERY
-            self.mesh.heard(conn)
+            if conn.role == "inter-router":
+                self.mesh.heard(conn)
         if echo:
             self.engine.answer_echo(conn)
         if conn.input_closed:
@@ -531,6 +547,13 @@ class NodeServer:
                     del self._watchers[key]
         return unwatch
 
+    def _watch_for_edges(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """`watch_address` for an interior's edges: the change is evaluated in the next pump."""
+        def changed() -> None:
+            callback()
+            self._schedule()
+        return self.watch_address(key, changed)
+
     def consumers_of(self, address: str, exclude_conn: object = None) -> int:
         """Consumers of `address` in the mesh: local ones not on `exclude_conn`, plus remote nodes."""
         return self.core.consumers_of(address_key(address, self.config.node_id), exclude_conn)
@@ -621,6 +644,8 @@ class NodeServer:
         """Log the node's table sizes, counters and mesh view as one JSON line (SIGUSR1)."""
         state = self.engine.snapshot()
         state["mesh"] = self.mesh.snapshot()
+        if self.edges is not None:
+            state["edge"] = self.edges.snapshot()
         if self.gateways is not None:
             state["gateway"] = self.gateways.snapshot()
         if self.gc_pacer is not None:
