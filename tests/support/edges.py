@@ -92,3 +92,41 @@ def router_test(node_factory: Callable[..., Any], *, idle_timeout: float | None 
 
 
 __all__ = ["HELLO", "edge", "edge_port", "interior", "router_test", "state_line", "uplink_of"]
+
+
+def _capability(terminus: Any, capability: str) -> None:
+    from proton import Data, symbol
+
+    terminus.capabilities.put_array(False, Data.SYMBOL)
+    terminus.capabilities.enter()
+    terminus.capabilities.put_symbol(symbol(capability))
+    terminus.capabilities.exit()
+
+
+class FakeEdge:
+    """A test client that connects to an interior's edge listener as edge `container_id` would and opens
+    the control link pair (capability `qd.router`), so that a test can send what a real edge never would
+    (link-state messages, forged edge messages)."""
+
+    def __init__(self, url: str, container_id: str) -> None:
+        from tests.support.clients import Client
+
+        self.client = Client(url, container_id=container_id, wait_open=False)
+        session = self.client.session
+        self.out = session.sender(f"{container_id}-ctl-out")
+        self.inc = session.receiver(f"{container_id}-ctl-in")
+        for link in (self.out, self.inc):
+            _capability(link.source, "qd.router")
+            _capability(link.target, "qd.router")
+            link.open()
+        self.inc.flow(100)
+        self.client._write()
+
+    def send(self, data: bytes) -> None:
+        from proton import Delivery  # noqa: F401  (the link API is proton's)
+
+        d = self.out.delivery(f"t{id(data)}-{time.monotonic_ns()}".encode())
+        self.out.send(data)
+        self.out.advance()
+        d.settle()
+        self.client._write()
