@@ -164,7 +164,8 @@ class NodeServer:
         for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
             self.open_listener(lc, i, policy)
         self._tick()
-        self._mesh_tick()
+        if self.config.mode != "edge":      # an edge runs no link-state protocol: no 0.1 s timer either
+            self._mesh_tick()
         for connector in self.connectors:
             connector.start()
         for service in self.services:
