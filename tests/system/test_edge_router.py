@@ -144,3 +144,15 @@ def test_management_through_an_edge(mesh):
     status, _, _ = req.request({"operation": "QUERY", "type": "org.apache.qpid.dispatch.connection"},
                                None, "EA2")
     assert status == 200
+
+
+def test_a_large_message_crosses_two_uplinks_intact(mesh):
+    """A 3 MB message (many frames) from EA1 to EB2: through both uplinks and both interiors, byte for
+    byte."""
+    addr = name("closest")
+    r = Client(mesh["EB2"].url).receiver(addr, credit=2)
+    s = Client(mesh["EA1"].url).sender(addr)
+    s.wait_credit(1, timeout=10)
+    body = bytes(range(256)) * (3 * 4096)
+    assert s.send(make_message(body)).wait(30).state == ACCEPTED
+    assert r.wait_messages(1)[0].body == body
