@@ -27,10 +27,12 @@ Prints a Markdown summary and writes benchmarks/results/<timestamp>-edge.json.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -47,7 +49,7 @@ from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_mes
 from tests.support.edges import state_line  # noqa: E402
 from tests.support.nodes import MESH_RULES, NodeProcess, kill9, spawn, stop  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
-from tests.support.waiting import close_all, pump, wait_until  # noqa: E402
+from tests.support.waiting import close_all, pump, pump_for, wait_until  # noqa: E402
 
 MOVED_RE = re.compile(r"^(\S+ \S+) INFO router.node.edges: edge traffic goes through interior (\S+)")
 HZ = os.sysconf("SC_CLK_TCK")
@@ -170,6 +172,7 @@ def main() -> int:
     ap.add_argument("--idle-timeout", type=float, default=16.0, help="every node's idle_timeout")
     ap.add_argument("--keep", action="store_true", help="keep the run directory")
     args = ap.parse_args()
+    faulthandler.register(signal.SIGUSR2, all_threads=True)     # kill -USR2 <pid>: where it waits
     tmp = Path(tempfile.mkdtemp(prefix="edge-bench-"))
     result: dict = {"edges": args.edges, "interiors": args.interiors, "load_before": os.getloadavg()}
     nodes: list[NodeProcess] = []
@@ -195,12 +198,16 @@ def main() -> int:
         print(f"started {args.edges} edges in {result['start_s']} s; memory {per_conn}", flush=True)
 
         # reach: every edge to every other edge's consumer
-        clients = {e.node_id: Client(e.url) for e in edges}
+        clients = {}
+        for e in edges:
+            clients[e.node_id] = Client(e.url)
+        print(f"{len(clients)} clients connected", flush=True)
         rx = {k: c.receiver(f"closest/srv/{k}", credit=args.edges + 10) for k, c in clients.items()}
         anon = {k: c.sender(None) for k, c in clients.items()}
+        print("consumers and anonymous senders attached", flush=True)
         wait_until(lambda: all(state_line(n)["mesh"]["addresses"] >= args.edges * (args.interiors - 1)
                                // args.interiors for n in interiors), 30, "addresses known")
-        time.sleep(1.0)
+        pump_for(1.0)
         t = time.monotonic()
         trackers = [anon[src].send(make_message(src, address=f"closest/srv/{dst}"))
                     for src in clients for dst in clients if dst != src]
@@ -233,7 +240,7 @@ def main() -> int:
         print(f"new address: {result['new_address']}", flush=True)
 
         # idle CPU
-        time.sleep(3.0)
+        pump_for(3.0)
         pids = [n.pid for n in nodes]
         c0, w0 = sum(cpu_ticks(p) for p in pids), time.monotonic()
         end = time.monotonic() + args.idle
@@ -257,7 +264,7 @@ def main() -> int:
             killed_at.append(time.time())
             kill9(interiors[0])
         audit = stream(s, stream_rx, kill, 3000, 500)
-        time.sleep(2.0)
+        pump_for(2.0)
         moves = []
         for e in on_i0:
             for line in e.stderr_path.read_text(errors="replace").splitlines():

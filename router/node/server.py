@@ -43,6 +43,9 @@ from router.node.mesh import MeshControl
 from router.policy.engine import Policy
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
+# an edge's tables stay small (its clients' addresses): its collections are paced ten times less often, so
+# that a thousand idle edges on as many hosts cost next to nothing (issue 31: idle CPU)
+EDGE_GC_TICK = 1.0
 HEARD_EVERY = 0.01    # seconds: input from a peer tells the control plane it is alive at most this often
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
@@ -639,7 +642,8 @@ class NodeServer:
                 self.trimmer.trim()             # what the full collection freed goes back to the system
         except Exception:
             log.exception("internal error in the garbage collection pacer")
-        self._gc_handle = self.loop.call_later(GC_TICK, self._gc_tick)
+        self._gc_handle = self.loop.call_later(EDGE_GC_TICK if self.config.mode == "edge" else GC_TICK,
+                                               self._gc_tick)
 
     def log_state(self) -> None:
         """Log the node's table sizes, counters and mesh view as one JSON line (SIGUSR1)."""
