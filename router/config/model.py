@@ -306,7 +306,8 @@ class NodeConfig:
         hash=False, name="router")
     uplinks: tuple[ConnectorConfig, ...] = declare(
         c.list_of(section(ConnectorConfig), "uplinks"), "`router.mode: edge`: interiors' `role: edge` "
-        "listeners this edge dials, all kept open; the cheapest open one carries its traffic", ())
+        "listeners this edge dials (connectors whose `role` is always `edge`), all kept open; the cheapest "
+        "open one carries its traffic (docs/EDGE.md)", ())
     telemetry: TelemetryConfig | None = declare(
         Check(_telemetry, "map", keys=TelemetryConfig),
         "write a record per settled delivery and per link or connection event (see Telemetry)", None)
