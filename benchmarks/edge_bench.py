@@ -209,9 +209,20 @@ def main() -> int:
                                // args.interiors for n in interiors), 30, "addresses known")
         pump_for(1.0)
         t = time.monotonic()
-        trackers = [anon[src].send(make_message(src, address=f"closest/srv/{dst}"))
-                    for src in clients for dst in clients if dst != src]
-        wait_until(lambda: all(tr.settled for tr in trackers), 300, "every delivery settled")
+        trackers = []
+        for src in clients:
+            trackers += [anon[src].send(make_message(src, address=f"closest/srv/{dst}"))
+                         for dst in clients if dst != src]
+            pump(0.0)           # every client keeps talking (the nodes' idle timeout is 16 s)
+        waiting = list(trackers)
+
+        def settled() -> bool:         # pops the settled ones: the predicate stays cheap
+            while waiting and waiting[-1].settled:
+                waiting.pop()
+            if waiting and waiting[0].settled:
+                waiting[:] = [tr for tr in waiting if not tr.settled]
+            return not waiting
+        wait_until(settled, 600, "every delivery settled")
         outcomes = Counter(outcome_name(tr.state) for tr in trackers)
         received = sum(len(r.received) for r in rx.values())
         result["reach"] = {"deliveries": len(trackers), "outcomes": dict(outcomes), "received": received,
