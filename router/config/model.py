@@ -209,6 +209,9 @@ class ConnectorConfig:
         "SASL when dialling; without it `[EXTERNAL, ANONYMOUS]` with `tls.cert`, else `[ANONYMOUS]`",
         None, name="sasl")
     name: str | None = declare(_name, _NAME_DOC, None, show=_NAME_SHOW.format(what="connector"))
+    idle_timeout: float | None = declare(
+        _seconds, "idle timeout of this connection (heartbeats at half of it; 0: none); an edge's uplinks "
+                  "use it to notice a silent interior (docs/EDGE.md)", None, show="`node.idle_timeout`")
 
 
 @dataclass(frozen=True)

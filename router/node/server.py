@@ -621,9 +621,11 @@ class NodeServer:
         self._tick_handle = self.loop.call_later(interval, self._tick)
 
     def _shortest_idle_timeout(self) -> float:
-        """The smallest idle timeout in force (node default, listeners), 0 if none."""
-        timeouts = [self.config.idle_timeout] + [lc.idle_timeout for lc in self.config.listeners
-                                                 if lc.idle_timeout is not None]
+        """The smallest idle timeout in force (node default, listeners, connectors, uplinks), 0 if none."""
+        timeouts = [self.config.idle_timeout] + [c.idle_timeout for c in (*self.config.listeners,
+                                                                           *self.config.connectors,
+                                                                           *self.config.uplinks)
+                                                 if c.idle_timeout is not None]
         return min((t for t in timeouts if t > 0), default=0.0)
 
     def _mesh_tick(self) -> None:

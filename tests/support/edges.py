@@ -38,18 +38,23 @@ def interior(node_factory: Callable[..., Any], node_id: str, *, connect: Sequenc
 
 def edge(node_factory: Callable[..., Any], node_id: str, uplinks: Sequence[tuple[int, int]], *,
          rules: Sequence[tuple[str, str]] = MESH_RULES, idle_timeout: float | None = None,
-         log_level: str = "info") -> Any:
-    """An edge with a client listener and uplinks `(port, cost)`."""
-    extra = {"router": {"mode": "edge"},
-             "uplinks": [{"host": "127.0.0.1", "port": p, "cost": c} for p, c in uplinks]}
+         uplink_idle_timeout: float | None = None, log_level: str = "info") -> Any:
+    """An edge with a client listener and uplinks `(port, cost)` (with their own idle timeout if given)."""
+    ups = [{"host": "127.0.0.1", "port": p, "cost": c} for p, c in uplinks]
+    if uplink_idle_timeout is not None:
+        ups = [{**u, "idle_timeout": uplink_idle_timeout} for u in ups]
+    extra = {"router": {"mode": "edge"}, "uplinks": ups}
     more = {} if idle_timeout is None else {"idle_timeout": idle_timeout}
     return node_factory(node_id, rules=rules, log_level=log_level, extra=extra, **more)
 
 
-def _with_edge_listener(node_factory: Callable[..., Any]) -> Callable[..., Any]:
+def _with_edge_listener(node_factory: Callable[..., Any], idle: float | None = None) -> Callable[..., Any]:
     def start(node_id: str, **kw: Any) -> Any:
         extra = kw.pop("extra")
-        extra["listeners"] = [*extra["listeners"], {"host": "127.0.0.1", "port": 0, "role": "edge"}]
+        lc = {"host": "127.0.0.1", "port": 0, "role": "edge"}
+        if idle is not None:
+            lc["idle_timeout"] = idle
+        extra["listeners"] = [*extra["listeners"], lc]
         return node_factory(node_id, extra=extra, **kw)
     return start
 
@@ -72,19 +77,21 @@ def uplink_of(node: Any) -> str | None:
     return state_line(node)["edge"]["uplink"]
 
 
-def router_test(node_factory: Callable[..., Any], *, idle_timeout: float | None = None) -> dict[str, Any]:
+def router_test(node_factory: Callable[..., Any], *, uplink_idle_timeout: float | None = None
+                ) -> dict[str, Any]:
     """INT.A, INT.B and four edges; returns {name: node} once every edge routes through its cheapest
-    uplink and the interiors reach each other."""
-    start = _with_edge_listener(node_factory)
-    a = interior(start, "INT.A", idle_timeout=idle_timeout)
+    uplink and the interiors reach each other. `uplink_idle_timeout`: the edge listeners' and the
+    uplinks' idle timeout (heartbeats at half of it; the nodes' own stays 16 s)."""
+    start = _with_edge_listener(node_factory, uplink_idle_timeout)
+    a = interior(start, "INT.A")
     b = interior(start, "INT.B", connect=[(int(listening(a, "inter-router", "amqp")[0]["port"]), 1)],
-                 listen=False, idle_timeout=idle_timeout)
+                 listen=False)
     wait_converged([a, b])
     pa, pb = edge_port(a), edge_port(b)
     nodes = {"INT.A": a, "INT.B": b}
     for name, ups in (("EA1", [(pa, 1), (pb, 2)]), ("EA2", [(pa, 1), (pb, 2)]),
                       ("EB1", [(pb, 1), (pa, 2)]), ("EB2", [(pb, 1), (pa, 2)])):
-        nodes[name] = edge(node_factory, name, ups, idle_timeout=idle_timeout)
+        nodes[name] = edge(node_factory, name, ups, uplink_idle_timeout=uplink_idle_timeout)
     for name in ("EA1", "EA2", "EB1", "EB2"):
         want = "INT.A" if name.startswith("EA") else "INT.B"
         wait_until(lambda n=nodes[name], w=want: uplink_of(n) == w, 10.0, f"{name} routes through {want}")

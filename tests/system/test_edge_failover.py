@@ -117,9 +117,10 @@ def test_consumer_edge_loses_its_interior_producer_elsewhere_loses_nothing(node_
 
 @pytest.mark.parametrize("idle", [1.0])
 def test_silent_interior_is_noticed_by_heartbeats(node_factory, idle):
-    """INT.A stops (SIGSTOP: its sockets stay open, nothing comes back): the edges' idle timeout on the
-    uplink notices it and they move to INT.B; traffic from EA1 to EB1 flows again."""
-    n = router_test(node_factory, idle_timeout=idle)
+    """INT.A stops (SIGSTOP: its sockets stay open, nothing comes back): the uplinks' idle timeout
+    (`uplinks[].idle_timeout`, the node's own stays 16 s) notices it and the edges move to INT.B; traffic
+    from EA1 to EB1 flows again."""
+    n = router_test(node_factory, uplink_idle_timeout=idle)
     os.kill(n["INT.A"].pid, signal.SIGSTOP)
     try:
         t0 = time.monotonic()

@@ -62,3 +62,10 @@ def test_check_config_reports_one_line_and_exit_2(tmp_path):
     assert r.returncode == 2 and r.stderr.strip() == (f"meshrouter: error: {path}: uplinks: router.mode edge "
                                                       "needs at least one uplink (an interior's `role: edge` "
                                                       "listener)")
+
+
+def test_uplinks_take_their_own_idle_timeout():
+    cfg = parse_config(edge(uplinks=[{**UPLINK, "idle_timeout": 2}]), "e.yaml")
+    assert cfg.uplinks[0].idle_timeout == 2 and cfg.idle_timeout == 16.0
+    with pytest.raises(ConfigError, match=r"uplinks\[0\].idle_timeout"):
+        parse_config(edge(uplinks=[{**UPLINK, "idle_timeout": -1}]), "e.yaml")

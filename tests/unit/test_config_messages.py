@@ -50,7 +50,7 @@ UNKNOWN = [
     (config(addresses={"rules": [bogus({"prefix": "a", "distribution": "closest"})]}),
      "addresses.rules[0].bogus", "prefix, distribution, name"),
     (config(connectors=[bogus({"host": "h", "port": 1})]), "connectors[0].bogus",
-     "host, port, role, cost, tls, sasl, name"),
+     "host, port, role, cost, tls, sasl, name, idle_timeout"),
     (config(connectors=[{"host": "h", "port": 1, "tls": {"bogus": 1}}]), "connectors[0].tls.bogus",
      "ca, cert, key, key_password_file, verify_peer_name, peer_name, protocols"),
     (config(connectors=[{"host": "h", "port": 1, "sasl": {"bogus": 1}}]), "connectors[0].sasl.bogus",
