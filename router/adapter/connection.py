@@ -163,7 +163,7 @@ class Connection:
         _put_string(props, PRODUCT)
         _put_symbol(props, "version")
         _put_string(props, __version__)
-        if role == "inter-router":
+        if role in ("inter-router", "edge"):
             _put_symbol(props, "qd.inter-router-cost")
             pn_data_put_int(props, cost)
         pn_data_exit(props)
@@ -254,7 +254,7 @@ class Connection:
         """
         if pn_connection_state(self.pn_conn) & PN_LOCAL_CLOSED:
             return b"the connection is closing"
-        if self.role != "inter-router" and len(self.links) >= self.max_links:
+        if self.role not in ("inter-router", "edge") and len(self.links) >= self.max_links:
             self.refused_links += 1
             why = f"too many links on this connection (max_links {self.max_links})".encode()
             if self.refused_links > MAX_REFUSED_LINKS:      # a client that keeps on: a flood, not a bug

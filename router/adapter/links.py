@@ -67,7 +67,7 @@ from cproton_ffi.lib import (
 
 from router.adapter.endpoints import SESSION_CAPACITY, refuse, terminus_address
 from router.adapter.outcomes import NodeOutcome
-from router.adapter.routerlinks import RouterLink
+from router.adapter.routerlinks import ROUTER_ROLES, RouterLink
 from router.adapter.streamlinks import STREAM_SESSION_CAPACITY
 from router.amqp.frames import refusal
 from router.forwarding.decisions import Refusal
@@ -112,7 +112,7 @@ class LinkEvents:
             pn_connection_open(c)
         if conn is not None:
             self.dirty.add(conn)
-            if conn.role == "inter-router" and conn.router is None:
+            if conn.role in ROUTER_ROLES and conn.router is None:
                 self.engine.mesh_links.connection_opened(conn)
 
     def _admit(self, conn: object) -> bool:
@@ -223,7 +223,7 @@ class LinkEvents:
             return
         pn_terminus_copy(pn_link_source(link), pn_link_remote_source(link))
         pn_terminus_copy(pn_link_target(link), pn_link_remote_target(link))
-        if conn.role == "inter-router":
+        if conn.role in ROUTER_ROLES:
             self.engine.mesh_links.attached(link, conn)
         elif pn_link_is_sender(link):
             self._attach_consumer(link, conn)

@@ -169,7 +169,8 @@ def _websocket_tls(tls: object) -> object:
 
 def connector_policy(cc: ConnectorConfig, node_idle_timeout: float) -> ConnectionPolicy:
     """The policy of connector `cc` (client side of SASL: Proton's built-in mechanisms)."""
-    p = ConnectionPolicy(idle_timeout=node_idle_timeout, max_frame=INTER_ROUTER_MAX_FRAME_SIZE)
+    p = ConnectionPolicy(idle_timeout=node_idle_timeout if cc.idle_timeout is None else cc.idle_timeout,
+                         max_frame=INTER_ROUTER_MAX_FRAME_SIZE)
     tls = cc.tls
     mechs = cc.sasl_mechanisms
     if mechs is None:

@@ -64,6 +64,7 @@ from router.adapter.streamlinks import STREAM, STREAMING_LINKS, StreamLinks
 
 log = logging.getLogger(__name__)
 
+ROUTER_ROLES = ("inter-router", "edge")    # connections that carry router links (edge: router.node.edges)
 CONTROL = "qd.router"
 DATA = "qd.router-data"
 COST_PROPERTY = "qd.inter-router-cost"
@@ -212,6 +213,8 @@ class RouterLinks:
         # the control plane (router.node.mesh.MeshControl): told when peers' control links come and go,
         # given the control messages that arrive; None on an engine without one
         self.mesh: object = None
+        # edge mode (router.node.edges): an edge's uplinks, or an interior's edges; None: neither
+        self.edge: object = None
         self._links_epoch = 0        # bumped when a data link to a peer comes or goes
         self._routes_synced: tuple[int, int] | None = None   # (routes epoch, links epoch) given the core
         # mobile addresses whose holders changed, not yet given to the core: ROUTE_BATCH per pump, so that
@@ -229,6 +232,15 @@ class RouterLinks:
         c = conn.pn_conn
         conn.router = peer = peer_from_open(c, conn.cost)
         conn.kind = "inter-router"
+        if conn.role == "edge":
+            problem = "this node takes no edge connections" if self.edge is None else \
+                self.edge.opened(conn, peer)
+            if problem is not None:
+                log.warning("edge connection %s (id %r) refused: %s", conn.peer, peer.node_id, problem)
+                conn.set_close_condition(b"amqp:unauthorized-access", problem.encode())
+                pn_connection_close(c)
+                conn.router = None
+                return
         if peer.node_id == self.node_id:
             log.error("inter-router connection %s leads back to this node (%s): closing it",
                       conn.peer, self.node_id)
@@ -284,14 +296,20 @@ class RouterLinks:
         peer = conn.router
         if peer is not None and not peer.up and peer.control_ready():
             peer.up = True
-            if self.mesh is not None:
+            if conn.role == "edge":
+                if self.edge is not None:
+                    self.edge.link_up(conn, peer)
+            elif self.mesh is not None:
                 self.mesh.link_up(conn, peer)
 
     def router_down(self, conn: object) -> None:
         peer = conn.router
         if peer is not None and peer.up:
             peer.up = False
-            if self.mesh is not None:
+            if conn.role == "edge":
+                if self.edge is not None:
+                    self.edge.link_down(conn, peer)
+            elif self.mesh is not None:
                 self.mesh.link_down(conn, peer)
 
     # ---- control messages --------------------------------------------------------------------------------
@@ -323,7 +341,12 @@ class RouterLinks:
         if pn_link_credit(link) < CONTROL_CREDIT // 2:
             pn_link_flow(link, CONTROL_CREDIT - max(pn_link_credit(link), 0))
             self.dirty.add(rl.conn)
-        if self.mesh is not None and n > 0:
+        if n <= 0:
+            return
+        if rl.conn.role == "edge":          # edge messages only: an edge never reaches the link-state engine
+            if self.edge is not None:
+                self.edge.on_control(rl.conn, ffi.buffer(buf, n)[:])
+        elif self.mesh is not None:
             self.mesh.on_control(rl.conn, ffi.buffer(buf, n)[:])
 
     # ---- the mesh's view, given to the core ------------------------------------------------------------
@@ -344,11 +367,19 @@ class RouterLinks:
         """Tell the control plane about local addresses gained or lost, let it act, and give the core its
         current view when that changed (cheap when nothing did)."""
         mesh = self.mesh
+        edge = self.edge
         if mesh is None:
+            if edge is not None:
+                edge.sync()                 # an edge node: its uplink gives the core its routes
             return
+        if edge is not None:
+            edge.sync()                     # an interior's edges: their addresses, merged with ours
         if self.core.local_changes:
             for key, present in self.core.take_local_address_changes():
-                mesh.local_address(key, present)
+                if edge is not None:
+                    edge.local_address(key, present)
+                else:
+                    mesh.local_address(key, present)
         elif not (mesh.backlog or mesh.pending or self._route_backlog) and \
                 self._routes_synced == (mesh.ls.routes_epoch, self._links_epoch) and \
                 not mesh.ls.address_changes_pending():
@@ -367,7 +398,8 @@ class RouterLinks:
             backlog |= changed
             if backlog and bulk_turn:
                 batch = [backlog.pop() for _ in range(min(ROUTE_BATCH, len(backlog)))]
-                self.core.update_remote_addresses(batch, ls.holders_of)
+                self.core.update_remote_addresses(batch, ls.holders_of if edge is None else
+                                                  edge.holders_of(ls))
             if bulk_turn and (backlog or mesh.backlog):     # more to come: pace the turns
                 self._bulk.turn_done(start, time.perf_counter())
             return
@@ -380,4 +412,8 @@ class RouterLinks:
             out = peer.data_consumer if peer is not None else None
             if out is not None and out.alive and conn.alive:
                 nodes[node] = (cost, out)
-        self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins)
+        if edge is not None:
+            edge.add_nodes(nodes)
+            self.core.set_routes(nodes, edge.holders(ls), ls.radius, lambda: edge.valid_origins(ls))
+        else:
+            self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins)

@@ -15,7 +15,7 @@ import yaml
 from router.config.brokers import check_brokers
 from router.config.checks import first_duplicate
 from router.config.keys import Invalid, layout, read, type_name
-from router.config.model import ListenerConfig, NodeConfig
+from router.config.model import ConnectorConfig, ListenerConfig, NodeConfig
 from router.config.policy import check_policy
 from router.config.secure import Files, one_sasldb, secure_connector, secure_listener
 from router.config.yamlfile import load_yaml
@@ -96,6 +96,9 @@ def _build(data: object, source: str) -> NodeConfig:
     connectors = [secure_connector(cc, f"connectors[{i}]", files) for i, cc in enumerate(config.connectors)]
     first_duplicate([(c.host, c.port) for c in connectors], lambda i: f"connectors[{i}]", "host and port")
     first_duplicate([c.name for c in connectors], lambda i: f"connectors[{i}].name", "name")
+    uplinks = [secure_connector(u, f"uplinks[{i}]", files) for i, u in enumerate(config.uplinks)]
+    first_duplicate([(u.host, u.port) for u in uplinks], lambda i: f"uplinks[{i}]", "host and port")
+    _check_mode(config, listeners, connectors, uplinks)
     timers = config.router_timers
     hello, max_age = timers["hello_interval"], timers["hello_max_age"]
     if max_age <= hello:
@@ -108,7 +111,32 @@ def _build(data: object, source: str) -> NodeConfig:
     check_policy(config.policy, listeners)
     check_brokers(config.brokers, [(r.prefix, r.distribution) for r in config.address_rules],
                   config.default_distribution)
-    return dataclasses.replace(config, listeners=tuple(listeners), connectors=tuple(connectors))
+    return dataclasses.replace(config, listeners=tuple(listeners), connectors=tuple(connectors),
+                               uplinks=tuple(uplinks))
+
+
+def _check_mode(config: NodeConfig, listeners: list[ListenerConfig], connectors: list[ConnectorConfig],
+                uplinks: list[ConnectorConfig]) -> None:
+    """An edge has uplinks and no inter-router or edge ports (edges never connect to edges); an interior
+    has no uplinks and dials no `role: edge` connector."""
+    if config.mode == "edge":
+        if not uplinks:
+            raise Invalid("uplinks", "router.mode edge needs at least one uplink (an interior's `role: edge` "
+                                     "listener)")
+        if connectors:
+            raise Invalid("connectors", "an edge node joins the mesh through `uplinks:` only; it has no "
+                                        "inter-router connectors")
+        for i, lc in enumerate(listeners):
+            if lc.role != "normal":
+                raise Invalid(f"listeners[{i}].role", f"an edge node listens for clients only, not "
+                                                      f"{lc.role!r}")
+        return
+    if uplinks:
+        raise Invalid("uplinks", "only a node with router.mode edge has uplinks")
+    for i, cc in enumerate(connectors):
+        if cc.role == "edge":
+            raise Invalid(f"connectors[{i}].role", "an interior dials no edge uplink; put it in the edge's "
+                                                   "`uplinks:` with router.mode edge")
 
 
 def _metrics_port_free(config: NodeConfig, listeners: list[ListenerConfig]) -> None:

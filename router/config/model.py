@@ -30,8 +30,9 @@ from router.defaults import (
 )
 
 DISTRIBUTIONS = ("closest", "balanced", "multicast")
-ROLES = ("normal", "inter-router")
-CONNECTOR_ROLES = ("inter-router",)
+ROLES = ("normal", "inter-router", "edge")
+CONNECTOR_ROLES = ("inter-router", "edge")
+MODES = ("interior", "edge")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 TLS_PROTOCOLS = ("TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3")
 SASL_MECHANISMS = ("ANONYMOUS", "PLAIN", "EXTERNAL")
@@ -119,7 +120,8 @@ class ListenerConfig:
 
     host: str = declare(c.host, "address to bind")
     port: int = declare(c.int_in(0, 65535), "0 picks a free port (printed on stdout)")
-    role: str = declare(c.choice(ROLES, "role"), "clients, or peer nodes of the mesh", "normal")
+    role: str = declare(c.choice(ROLES, "role"), "clients, peer nodes of the mesh (`inter-router`), or edge "
+                        "nodes' uplinks (`edge`, docs/EDGE.md)", "normal")
     cost: int = declare(_cost, "inter-router: this end's cost of links made through it", DEFAULT_COST)
     tls: ListenerTls | None = declare(
         section(ListenerTls), "TLS on this listener (plain AMQP is then refused there); the node prints "
@@ -198,7 +200,8 @@ class ConnectorConfig:
 
     host: str = declare(c.host, "the peer's inter-router listener: host")
     port: int = declare(c.int_in(1, 65535), "the peer's inter-router listener: port")
-    role: str = declare(c.choice(CONNECTOR_ROLES, "role"), "peer nodes of the mesh", "inter-router")
+    role: str = declare(c.choice(CONNECTOR_ROLES, "role"), "peer nodes of the mesh; `edge` in `uplinks:`",
+                        "inter-router")
     cost: int = declare(_cost, "link cost = max of both ends' configured cost", DEFAULT_COST)
     tls: ConnectorTls | None = declare(section(ConnectorTls), "dial with TLS", None)
     sasl_mechanisms: tuple[str, ...] | None = declare(
@@ -206,6 +209,9 @@ class ConnectorConfig:
         "SASL when dialling; without it `[EXTERNAL, ANONYMOUS]` with `tls.cert`, else `[ANONYMOUS]`",
         None, name="sasl")
     name: str | None = declare(_name, _NAME_DOC, None, show=_NAME_SHOW.format(what="connector"))
+    idle_timeout: float | None = declare(
+        _seconds, "idle timeout of this connection (heartbeats at half of it; 0: none); an edge's uplinks "
+                  "use it to notice a silent interior (docs/EDGE.md)", None, show="`node.idle_timeout`")
 
 
 @dataclass(frozen=True)
@@ -237,7 +243,11 @@ _timer = c.number_at_least(0.001, "seconds")
 
 @dataclass(frozen=True)
 class RouterTimers:
-    """``router:``: the control-plane timers in seconds, passed on as router.linkstate.LinkStateConfig."""
+    """``router:``: the node's mode and the control-plane timers in seconds (the timers are passed on as
+    router.linkstate.LinkStateConfig; `mode` becomes ``NodeConfig.mode``)."""
+
+    mode: str = declare(c.choice(MODES, "mode"), "`interior` runs the link-state protocol; `edge` attaches "
+                        "to one interior through `uplinks:` instead (docs/EDGE.md)", "interior")
 
     hello_interval: float = declare(_timer, "HELLO period", HELLO_INTERVAL)
     hello_max_age: float = declare(
@@ -249,7 +259,7 @@ class RouterTimers:
 
 
 #: The ``router:`` timers and their defaults.
-ROUTER_TIMERS = {f.name: f.default for f in dataclasses.fields(RouterTimers)}
+ROUTER_TIMERS = {f.name: f.default for f in dataclasses.fields(RouterTimers) if f.name != "mode"}
 
 
 def _router_timers(value: object, path: str) -> Mapping[str, float]:
@@ -307,6 +317,10 @@ class NodeConfig:
     router_timers: Mapping[str, float] = declare(
         Check(_router_timers, "map", keys=RouterTimers), "control-plane timers", factory=_empty_mapping,
         hash=False, name="router")
+    uplinks: tuple[ConnectorConfig, ...] = declare(
+        c.list_of(section(ConnectorConfig), "uplinks"), "`router.mode: edge`: interiors' `role: edge` "
+        "listeners this edge dials (connectors whose `role` is always `edge`), all kept open; the cheapest "
+        "open one carries its traffic (docs/EDGE.md)", ())
     telemetry: TelemetryConfig | None = declare(
         Check(_telemetry, "map", keys=TelemetryConfig),
         "write a record per settled delivery and per link or connection event (see Telemetry)", None)
@@ -320,11 +334,18 @@ class NodeConfig:
         POLICY, "who may connect, receive from and send to what, and manage the node (see Security); "
                 "absent: only the reserved-address rules", None)
     source: str = "<memory>"
+    mode: str = "interior"      # from `router.mode` (not a key of its own)
 
     def __post_init__(self) -> None:
         # Keep the instance immutable even when built by hand from lists and dicts.
         object.__setattr__(self, "listeners", tuple(self.listeners))
         object.__setattr__(self, "connectors", tuple(self.connectors))
+        object.__setattr__(self, "uplinks", tuple(dataclasses.replace(u, role="edge") for u in self.uplinks))
+        timers = dict(self.router_timers)
+        mode = timers.pop("mode", None)
+        if mode is not None:
+            object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "router_timers", timers)
         object.__setattr__(self, "brokers", tuple(self.brokers))
         object.__setattr__(self, "router_timers", MappingProxyType({**ROUTER_TIMERS,
                                                                     **self.router_timers}))

@@ -291,6 +291,8 @@ class RouterCore(Settlement):
             return NOWHERE
         if a.multicast:
             origin = ann.ingress[2:] if ann is not None and ann.ingress else None
+            if origin is not None and (self.edge_nodes or origin not in self.nodes):
+                origin = self.origin_node(origin)      # edge mode: an edge's is its interior's
             trace = trace_nodes(ann) if ann is not None else ()
             local = fanout(a, presettled, self.backlog, self.capacity) if a.consumers else []
             targets = mesh_fanout(a, local, self.node_id, origin, trace, came_from, self.valid_origins)

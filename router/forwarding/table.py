@@ -18,6 +18,7 @@ from router.forwarding.credit import CreditLedger
 from router.forwarding.records import Address, Consumer, RemoteDest
 
 TOPO = "_topo/0/"
+EDGE_PREFIX = "_edge/"    # the mobile address an interior advertises for each edge attached to it
 OSLO_PREFIX = "openstack.org/om/"     # oslo.messaging's AMQP 1.0 driver: its fanout needs a multicast rule
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ class AddressTable:
         # addresses whose consumers someone watches (key -> watchers), and those changed since last asked
         self._watched: dict[str, int] = {}
         self._watch_changed: set[str] = set()
+        # edge mode (router.edge): on an edge, the interior of its active uplink, which gets every delivery
+        # for an address no one here has (`default_address`); on an interior, the edges attached to it
+        self.default_node: str | None = None
+        self.default_address: Address | None = None
+        self.edge_nodes: set[str] = set()
 
     # ---- lookup ------------------------------------------------------------------------------------
     def lookup(self, name: str) -> Address | None:
@@ -63,8 +69,36 @@ class AddressTable:
         """The address for a routing key; `_topo/0/<other>/...` resolves to that node's route."""
         a = self.addresses.get(key)
         if a is None and key.startswith(TOPO) and not key.startswith(self._topo):
-            return self._node_addresses.get(key[8:key.find("/", 8)])
+            node = key[8:key.find("/", 8)]
+            a = self._node_addresses.get(node)
+            if a is None:
+                a = self._edge_route(node)
+        if a is None and self.default_address is not None and not key.startswith(self._topo):
+            return self.default_address         # an edge: up to its interior
         return a
+
+    def _edge_route(self, node: str) -> Address | None:
+        """The route to edge `node` attached to another interior: the `_edge/<node>` address it holds."""
+        a = self.addresses.get(EDGE_PREFIX + node)
+        return a if a is not None and a.remote else None
+
+    def _scoped_nodes(self, node: str) -> list[str]:
+        """The nodes through which a `_topo/0/<node>/...` address is reached."""
+        if node in self.nodes:
+            return [node]
+        if self.default_node is not None and self.default_node in self.nodes:
+            return [self.default_node]
+        a = self._edge_route(node)
+        return [d.node for d in a.remote[:1]] if a is not None else []
+
+    def origin_node(self, origin: str) -> str:
+        """The interior a multicast delivery's origin stands for: an edge's is its interior's."""
+        if origin in self.edge_nodes:
+            return self.node_id
+        if origin in self.nodes or origin == self.node_id:
+            return origin
+        a = self._edge_route(origin)
+        return a.remote[0].node if a is not None else origin
 
     def resolve(self, key: str) -> Address | None:
         """The address a delivery for routing key `key` goes to, if anyone here or beyond can take it."""
@@ -97,8 +131,9 @@ class AddressTable:
         return None
 
     def _node_route(self, node: str) -> list[RemoteDest]:
-        route = self.nodes.get(node)
-        return [RemoteDest(node, route[0], route[1])] if route is not None else []
+        via = self._scoped_nodes(node)
+        route = self.nodes.get(via[0]) if via else None
+        return [RemoteDest(via[0], route[0], route[1])] if route is not None else []
 
     def _forget_if_unused(self, a: Address) -> None:
         if not a.consumers and not a.producers and not a.remote and self.addresses.get(a.key) is a:
@@ -172,6 +207,12 @@ class AddressTable:
             a = self._node_addresses[node] = Address(TOPO + node + "/", "closest")
             a.remote = [RemoteDest(node, cost, out)]
             a.ready = True
+        self.default_address = None
+        if self.default_node is not None and self.default_node in self.nodes:
+            cost, out = self.nodes[self.default_node]
+            a = self.default_address = Address("_uplink/" + self.default_node, "closest")
+            a.remote = [RemoteDest(self.default_node, cost, out)]
+            a.ready = True
         wanted: dict[str, list[str]] = {}
         for key, where in holders.items():
             reachable = [n for n in where if n in self.nodes]
@@ -183,7 +224,7 @@ class AddressTable:
         for a in list(self.addresses.values()):
             node = self._scoped_node(a.key)
             if node is not None:
-                self._set_remote(a, [node] if node in self.nodes else [])
+                self._set_remote(a, self._scoped_nodes(node))
             elif a.remote or a.key in wanted:
                 self._set_remote(a, wanted.get(a.key, []))
 

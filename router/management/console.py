@@ -130,11 +130,27 @@ class MeshReader:
                         edges.add(tuple(sorted((r["identity"], name))))
         nodes = {}
         now = time.monotonic()
+        edge_of: dict[str, str] = {}        # edge mode: each edge node -> the interior it routes through
         for node in [me, *sorted(reachable)]:
             target = None if node == me else node
             nodes[node] = self._node(client, node, target, now)
+            for r in self._edges(client, target):
+                if r.get("role") == "edge" and r.get("active"):
+                    edge_of[r["identity"]] = node
+                    edges.add(tuple(sorted((node, r["identity"]))))
+        for edge, interior in sorted(edge_of.items()):
+            nodes[edge] = {**self._node(client, edge, edge, now), "edgeOf": interior}
         return {"bus": self.url, "ok": True, "error": None, "connectedTo": me, "time": time.time(),
                 "nodes": nodes, "edges": [list(e) for e in sorted(edges)]}
+
+    @staticmethod
+    def _edges(client: Any, target: str | None) -> list[dict[str, Any]]:
+        from router.management.client import ManagementError
+
+        try:
+            return client.query_dicts("edge", ["identity", "role", "active"], node=target)
+        except ManagementError:         # a node without edge mode
+            return []
 
     def _node(self, client: Any, node: str, target: str | None, now: float) -> dict[str, Any]:
         (row,) = client.query_dicts("node", ["uptimeSeconds", "connectionCount", "linkCount", "addrCount",

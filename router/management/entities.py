@@ -40,6 +40,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "router-node": (
         "identity", "reachable", "neighbour", "nextHop", "cost", "linkState", "validOrigins", "instance",
         "lsSeq", "mobileSeq", "addrCount", "mobileAddresses"),
+    "edge": (       # edge mode (docs/EDGE.md): an interior's edges, or an edge's uplinks
+        "identity", "role", "active", "connectionId", "cost", "proxiedAddresses", "watchedAddresses"),
     "broker": (
         "identity", "url", "state", "addresses", "published", "confirmed", "returned", "nacked",
         "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
@@ -74,6 +76,7 @@ class NodeEntities:
             "link": self.links,
             "address": self.addresses,
             "router-node": self.router_nodes,
+            "edge": self.edges,
             "broker": self.brokers,
             "listener": self.listeners,
             "connector": self.connectors,
@@ -281,6 +284,27 @@ class NodeEntities:
                 "addrCount": info["addresses"],
                 "mobileAddresses": advertised.get(node, []),
             })
+        return rows
+
+    def edges(self) -> list[dict[str, Any]]:
+        """An interior's edges (role `edge`), or an edge's open uplinks (role `uplink`, the interior's id)."""
+        glue = getattr(self.server, "edges", None)
+        if glue is None:
+            return []
+        rows = []
+        hub = getattr(glue, "hub", None)
+        if hub is not None:
+            for conn, rec in sorted(hub.edges.items(), key=lambda item: item[1].edge_id):
+                rows.append({"identity": rec.edge_id, "role": "edge", "active": rec.active,
+                             "connectionId": conn.ident, "cost": conn.router.cost if conn.router else None,
+                             "proxiedAddresses": len(rec.consumers), "watchedAddresses": len(rec.watch)})
+            return rows
+        active = glue.choice.active
+        for conn, up in sorted(glue.choice.open.items(), key=lambda item: item[1].index):
+            on = active is not None and active.link is conn
+            rows.append({"identity": up.interior, "role": "uplink", "active": on, "connectionId": conn.ident,
+                         "cost": up.cost, "proxiedAddresses": len(glue.proxy.consumers) if on else 0,
+                         "watchedAddresses": len(glue.proxy.watched) if on else 0})
         return rows
 
     # ---- broker gateways -------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from router.argtypes import positive_seconds
 from router.management.bus import DEFAULT_BUS
 from router.management.security import add_security_options, security_from_args
-from router.management.tables import GENERAL, VIEWS, View, heading, render
+from router.management.tables import EDGES, GENERAL, NODES, VIEWS, View, heading, render
 
 if TYPE_CHECKING:       # the client imports Proton: only when a command runs
     from router.management.client import ManagementClient
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace, output: Output | None = None) -> int:
     output = output or Output()
     view = VIEWS[args.view]
     per_node: dict[str, Entities] = {}
+    edge_rows: dict[str, Entities] = {}     # -n: each node's edges (or an edge's uplinks)
     failed = False
     try:
         with ManagementClient(args.bus, timeout=args.timeout,
@@ -136,6 +137,10 @@ def run(args: argparse.Namespace, output: Output | None = None) -> int:
                     failed = True
                     continue
                 per_node[node_id] = rows
+                if view is NODES:
+                    edges = _edges_of(client, node)
+                    if edges:
+                        edge_rows[node_id] = edges
     except ManagementClientError as exc:
         output.error(str(exc))
         failed = True
@@ -147,7 +152,20 @@ def run(args: argparse.Namespace, output: Output | None = None) -> int:
             print(json.dumps(json_data(view, per_node), indent=2), file=output.out, flush=True)
         else:
             print_tables(view, per_node, output.out)
+            if edge_rows:
+                print("", file=output.out)
+                print_tables(EDGES, edge_rows, output.out)
     return EXIT_FAILURE if failed else EXIT_OK
+
+
+def _edges_of(client: Any, node: str | None) -> Entities:
+    """The `edge` entities of `node` (none from a node that does not know the type: an older one)."""
+    from router.management.client import ManagementError
+
+    try:
+        return client.query_dicts("edge", node=node)
+    except ManagementError:
+        return []
 
 
 def add_parser(commands: argparse._SubParsersAction,
@@ -170,7 +188,7 @@ def add_parser(commands: argparse._SubParsersAction,
         (VIEWS["c"], ("-c", "--connections"), "connections"),
         (VIEWS["l"], ("-l", "--links"), "links: credit, unsettled, delivered, outcomes"),
         (VIEWS["a"], ("-a", "--addresses"), "addresses: distribution, consumers, in/out/thru"),
-        (VIEWS["n"], ("-n", "--nodes"), "other nodes: next hop, cost, reachability"),
+        (VIEWS["n"], ("-n", "--nodes"), "other nodes: next hop, cost, reachability; edges, uplinks"),
     ):
         what.add_argument(*flags, dest="view", action="store_const", const=view.option, help=help_text)
     p.set_defaults(view=GENERAL.option, func=func)

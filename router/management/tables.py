@@ -187,6 +187,17 @@ NODES = View("n", "router-node", "Nodes", (
 ), attributes=("identity", "reachable", "neighbour", "nextHop", "cost", "linkState", "validOrigins",
                "instance", "lsSeq", "mobileSeq", "addrCount"))   # not mobileAddresses: every address
 
+#: printed after NODES by ``stat -n`` when the node has any (edge mode, docs/EDGE.md)
+EDGES = View("e", "edge", "Edges", (
+    _s("edge / uplink", "identity"),
+    _s("role", "role"),
+    _s("active", "active"),
+    _n("conn", "connectionId"),
+    _n("cost", "cost"),
+    _n("proxied", "proxiedAddresses"),
+    _n("watched", "watchedAddresses"),
+))
+
 VIEWS: dict[str, View] = {v.option: v for v in (GENERAL, CONNECTIONS, LINKS, ADDRESSES, NODES)}
 
 

@@ -68,11 +68,15 @@ def _last_line(path: Path) -> str:
 def _misses(topology: Topology, node_id: str, reader: StateReader) -> list[str]:
     """What `node_id` does not see yet: nodes it cannot reach, and edges of the topology (a link to a
     neighbour) that are not up, e.g. ``D (no direct link)``."""
+    spec = topology.node(node_id)
+    if spec.is_edge:                    # an edge sees the mesh once its traffic goes through an uplink
+        edge = (reader.state or {}).get("edge") or {}
+        return [] if edge.get("uplink") else [f"{', '.join(spec.uplinks)} (no uplink)"]
     reachable = set(reader.mesh.get("reachable") or ())
     neighbors = set(reader.mesh.get("neighbors") or ())
     edge_peers = {e.target if e.source == node_id else e.source for e in topology.edges
                   if node_id in (e.source, e.target)}
-    return [n if n not in reachable else f"{n} (no direct link)" for n in topology.node_ids
+    return [n if n not in reachable else f"{n} (no direct link)" for n in topology.interior_ids
             if n != node_id and (n not in reachable or (n in edge_peers and n not in neighbors))]
 
 
@@ -215,6 +219,11 @@ def status_data(ctx: Context) -> dict[str, Any]:
             "addresses": _count(mesh.get("addresses")) if mesh is not None else None,
             "sees_all": reader is not None and _sees_all(topology, node_id, reader),
         }
+        edge = (reader.state or {}).get("edge") if reader is not None else None
+        if edge is not None:            # edge mode: an interior's edges, an edge's uplink
+            nodes[node_id]["edge"] = edge
+            if edge.get("mode") == "edge" and mesh is not None:
+                nodes[node_id]["neighbors"] = [edge["uplink"]] if edge.get("uplink") else []
     return {"mesh": topology.name, "dir": str(run_dir.path), "running": sum(alive.values()),
             "converged": all(v["sees_all"] for v in nodes.values()), "nodes": nodes}
 
@@ -244,11 +253,18 @@ def status(ctx: Context, as_json: bool = False) -> int:
         state = "converged" if data["converged"] else "not converged"
         print(f"mesh {data['mesh']} ({data['dir']}): {data['running']}/{total} nodes running, {state}",
               file=ctx.out)
-        rows = [("NODE", "PID", "ALIVE", "URL", "NEIGHBORS", "REACHABLE", "ADDRESSES")]
+        rows = [("NODE", "PID", "ALIVE", "URL", "NEIGHBORS", "REACHABLE", "ADDRESSES", "EDGES")]
+        interiors = len(ctx.topology.interior_ids)
         for node_id, n in data["nodes"].items():
-            reach = "-" if n["reachable"] is None else f"{len(n['reachable'])}/{total - 1}"
+            edge = n.get("edge") or {}
+            if edge.get("mode") == "edge":
+                reach = "via uplink" if edge.get("uplink") else "no uplink"
+                edges = "(edge)"
+            else:
+                reach = "-" if n["reachable"] is None else f"{len(n['reachable'])}/{interiors - 1}"
+                edges = str(edge.get("active_edges", 0)) if edge else "-"
             rows.append((node_id, _cell(n["pid"]), _cell(n["alive"]), n["url"], _cell(n["neighbors"]),
-                         reach, _cell(n["addresses"])))
+                         reach, _cell(n["addresses"]), edges))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(), file=ctx.out)

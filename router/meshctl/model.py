@@ -14,12 +14,19 @@ DEFAULT_HOST = "127.0.0.1"
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One node of the mesh: its id, ports and host (None: the topology's host)."""
+    """One node of the mesh: its id, ports and host (None: the topology's host). An edge node
+    (docs/EDGE.md) has `uplinks` (interior ids, preferred first) and no inter-router or edge port."""
 
     node_id: str
     client_port: int
     inter_router_port: int | None = None
     host: str | None = None
+    edge_port: int | None = None            # an interior's `role: edge` listener
+    uplinks: tuple[str, ...] = ()           # an edge's interiors, cheapest first
+
+    @property
+    def is_edge(self) -> bool:
+        return bool(self.uplinks)
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,10 @@ class Topology:
     @property
     def node_ids(self) -> list[str]:
         return [n.node_id for n in self.nodes]
+
+    @property
+    def interior_ids(self) -> list[str]:
+        return [n.node_id for n in self.nodes if not n.is_edge]
 
     def node(self, node_id: str) -> NodeSpec:
         for n in self.nodes:

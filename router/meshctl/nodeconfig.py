@@ -44,7 +44,24 @@ def node_config(topology: Topology, node_id: str, pki: MeshPki | None = None,
             listeners[-1]["tls"] = {"cert": mine.cert, "key": mine.key, "ca": pki.ca,
                                     "require_client_cert": True}
             listeners[-1]["sasl"] = {"mechanisms": ["EXTERNAL"]}
+    if spec.edge_port is not None:
+        listeners.append({"host": host, "port": spec.edge_port, "role": "edge"})
+        if pki is not None:
+            mine = pki.nodes[node_id]
+            listeners[-1]["tls"] = {"cert": mine.cert, "key": mine.key, "ca": pki.ca,
+                                    "require_client_cert": True}
+            listeners[-1]["sasl"] = {"mechanisms": ["EXTERNAL"]}
     data: dict[str, Any] = {"node": node, "listeners": listeners}
+    if spec.is_edge:
+        uplinks = [{"host": topology.host_of(up), "port": topology.node(up).edge_port, "cost": i + 1}
+                   for i, up in enumerate(spec.uplinks)]
+        if pki is not None:
+            mine = pki.nodes[node_id]
+            for uplink, up in zip(uplinks, spec.uplinks, strict=True):
+                uplink["tls"] = {"ca": pki.ca, "cert": mine.cert, "key": mine.key, "peer_name": up}
+                uplink["sasl"] = {"mechanisms": ["EXTERNAL"]}
+        data["uplinks"] = uplinks
+        settings["router"] = {**(settings.get("router") or {}), "mode": "edge"}
     connectors = [{"host": topology.host_of(e.target), "port": topology.node(e.target).inter_router_port,
                    "cost": e.cost}
                   for e in topology.edges if e.source == node_id]

@@ -23,7 +23,7 @@ from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_confi
 from router.meshctl.pki import MeshPki, NodeCert
 
 ROOT_KEYS = ("name", "host", "tls", "nodes", "edges", *NODE_SETTINGS, *SHARED_SECTIONS)
-NODE_KEYS = ("client_port", "inter_router_port", "host")
+NODE_KEYS = ("client_port", "inter_router_port", "host", "edge_port", "mode", "uplinks")
 EDGE_KEYS = ("from", "to", "cost")
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
@@ -120,15 +120,58 @@ def _nodes(value: object) -> list[NodeSpec]:
             inter = _int(inter, f"{path}.inter_router_port", 1, 65535)
         host = entry.get("host")
         host = None if host is None else _host(host, f"{path}.host")
-        for port_key, port in (("client_port", client), ("inter_router_port", inter)):
+        edge_port = entry.get("edge_port")
+        if edge_port is not None:
+            edge_port = _int(edge_port, f"{path}.edge_port", 1, 65535)
+        uplinks = _uplinks(entry, path, inter, edge_port)
+        for port_key, port in (("client_port", client), ("inter_router_port", inter),
+                               ("edge_port", edge_port)):
             if port is None:
                 continue
             if (host, port) in ports:                   # nodes on other hosts may share port numbers
                 raise Invalid(f"{path}.{port_key}",
                               f"duplicate port {port} (already used by {ports[host, port]})")
             ports[host, port] = f"{path}.{port_key}"
-        nodes.append(NodeSpec(node_id, client, inter, host))
+        nodes.append(NodeSpec(node_id, client, inter, host, edge_port, uplinks))
+    by_id = {n.node_id: n for n in nodes}
+    for n in nodes:
+        for i, up in enumerate(n.uplinks):
+            path = f"nodes.{n.node_id}.uplinks[{i}]"
+            target = by_id.get(up)
+            if target is None or target.is_edge:
+                interiors = ", ".join(m.node_id for m in nodes if not m.is_edge)
+                raise Invalid(path, f"unknown interior node {up!r} (interiors: {interiors})")
+            if target.edge_port is None:
+                raise Invalid(path, f"node {up!r} has no nodes.{up}.edge_port to dial")
+    if all(n.is_edge for n in nodes):
+        raise Invalid("nodes", "at least one interior node required")
     return nodes
+
+
+def _uplinks(entry: Mapping[str, Any], path: str, inter: int | None,
+             edge_port: int | None) -> tuple[str, ...]:
+    """An edge node's `mode: edge` and `uplinks` (interior ids, preferred first)."""
+    mode = entry.get("mode", "interior")
+    if mode not in ("interior", "edge"):
+        raise Invalid(f"{path}.mode", f"unknown mode {mode!r} (valid: interior, edge)")
+    ups = entry.get("uplinks")
+    if mode == "interior":
+        if ups is not None:
+            raise Invalid(f"{path}.uplinks", "only a node with mode: edge has uplinks")
+        return ()
+    if not isinstance(ups, list) or not ups:
+        raise Invalid(f"{path}.uplinks", "an edge needs a list of at least one interior node id")
+    if inter is not None or edge_port is not None:
+        key = "inter_router_port" if inter is not None else "edge_port"
+        raise Invalid(f"{path}.{key}", "an edge node has only a client port (edges never connect to edges)")
+    out = []
+    for i, up in enumerate(ups):
+        if not isinstance(up, str):
+            raise wrong_type(up, "a node id", f"{path}.uplinks[{i}]")
+        if up in out:
+            raise Invalid(f"{path}.uplinks[{i}]", f"duplicate uplink {up!r}")
+        out.append(up)
+    return tuple(out)
 
 
 def _edges(value: object, nodes: dict[str, NodeSpec]) -> list[Edge]:
@@ -155,6 +198,10 @@ def _edges(value: object, nodes: dict[str, NodeSpec]) -> list[Edge]:
         if pair in seen:
             raise Invalid(path, f"duplicate edge {source}-{target} (already edges[{seen[pair]}])")
         seen[pair] = i
+        for key, node_id in (("from", source), ("to", target)):
+            if nodes[node_id].is_edge:
+                raise Invalid(f"{path}.{key}", f"node {node_id!r} is an edge: it attaches through its "
+                                               "uplinks, not through edges")
         if nodes[target].inter_router_port is None:
             raise Invalid(f"{path}.to", f"node {target!r} has no nodes.{target}.inter_router_port to dial")
         cost = entry.get("cost")
@@ -164,6 +211,7 @@ def _edges(value: object, nodes: dict[str, NodeSpec]) -> list[Edge]:
 
 
 def _check_connected(nodes: list[NodeSpec], edges: list[Edge]) -> None:
+    nodes = [n for n in nodes if not n.is_edge]
     links: dict[str, set[str]] = {n.node_id: set() for n in nodes}
     for e in edges:
         links[e.source].add(e.target)

@@ -36,6 +36,7 @@ class Connector:
         self.config = config
         self.loop = loop
         self._connected = connected     # hands the socket to the server, returns the Connection
+        self.index = 0                  # its place among the connectors and uplinks (the server sets it)
         self.delay = FIRST_DELAY
         self.failures = 0
         self.conn: object = None

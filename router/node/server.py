@@ -27,6 +27,7 @@ from typing import Protocol
 from router.adapter.connection import Connection
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
+from router.adapter.routerlinks import ROUTER_ROLES
 from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
@@ -35,12 +36,16 @@ from router.logs import LogEvery
 from router.node.collector import TICK as GC_TICK
 from router.node.collector import GcPacer
 from router.node.connectors import Connector
+from router.node.edges import EdgeUplinks, InteriorEdges
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.memory import Trimmer
 from router.node.mesh import MeshControl
 from router.policy.engine import Policy
 
 MESH_TICK = 0.1       # seconds between runs of the link-state engine's timers (cheap when idle)
+# an edge's tables stay small (its clients' addresses): its collections are paced ten times less often, so
+# that a thousand idle edges on as many hosts cost next to nothing (issue 31: idle CPU)
+EDGE_GC_TICK = 1.0
 HEARD_EVERY = 0.01    # seconds: input from a peer tells the control plane it is alive at most this often
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
@@ -89,8 +94,21 @@ class NodeServer:
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control,
                                 close=self._close_impostor)
-        self.engine.mesh = self.mesh
-        self.connectors = [Connector(cc, loop, self._connector_connected) for cc in config.connectors]
+        self.connectors = [Connector(cc, loop, self._connector_connected)
+                           for cc in (*config.connectors, *config.uplinks)]
+        for i, connector in enumerate(self.connectors):
+            connector.index = i             # an edge prefers the first of equally cheap uplinks
+        # edge mode (router.node.edges): an edge's uplinks replace the link-state protocol; an interior
+        # with a `role: edge` listener takes edges
+        self.edges: object = None
+        links = self.engine.mesh_links
+        if config.mode == "edge":
+            self.edges = links.edge = EdgeUplinks(self.core, links.send_control)
+        else:
+            self.engine.mesh = self.mesh
+            if any(lc.role == "edge" for lc in config.listeners):
+                self.edges = links.edge = InteriorEdges(self.core, self.mesh, links.send_control,
+                                                        self._watch_for_edges, links)
         # plugged in by router.launch: started after the listeners, stopped (in reverse) before the
         # connections close; each has start() and stop()
         self.services: list[Service] = []
@@ -149,7 +167,8 @@ class NodeServer:
         for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
             self.open_listener(lc, i, policy)
         self._tick()
-        self._mesh_tick()
+        if self.config.mode != "edge":      # an edge runs no link-state protocol: no 0.1 s timer either
+            self._mesh_tick()
         for connector in self.connectors:
             connector.start()
         for service in self.services:
@@ -291,7 +310,7 @@ class NodeServer:
         """Hand a connected socket to the engine (under its listener's or connector's policy) and watch it."""
         # a client may ask for a FLOW echo (Proton ignores it: the node answers); a peer node never does
         # (Proton sends echo=false), and scanning a peer's reads for it cost a transit hop ~3% per message
-        echo = None if role == "inter-router" else FlowEchoDetector()
+        echo = None if role in ROUTER_ROLES else FlowEchoDetector()
         conn = self.engine.add_connection(sock, peer, role, echo, client=client, cost=cost)
         if policy is not None:
             policy.apply(conn)              # TLS, SASL and limits, before the first byte
@@ -434,7 +453,8 @@ class NodeServer:
         echo = conn.read()
         if peer is not None and now >= peer.heard_due:     # a peer sending anything is alive (HELLO or not)
             peer.heard_due = now + HEARD_EVERY
-            self.mesh.heard(conn)
+            if conn.role == "inter-router":
+                self.mesh.heard(conn)
         if echo:
             self.engine.answer_echo(conn)
         if conn.input_closed:
@@ -531,6 +551,13 @@ class NodeServer:
                     del self._watchers[key]
         return unwatch
 
+    def _watch_for_edges(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """`watch_address` for an interior's edges: the change is evaluated in the next pump."""
+        def changed() -> None:
+            callback()
+            self._schedule()
+        return self.watch_address(key, changed)
+
     def consumers_of(self, address: str, exclude_conn: object = None) -> int:
         """Consumers of `address` in the mesh: local ones not on `exclude_conn`, plus remote nodes."""
         return self.core.consumers_of(address_key(address, self.config.node_id), exclude_conn)
@@ -594,9 +621,11 @@ class NodeServer:
         self._tick_handle = self.loop.call_later(interval, self._tick)
 
     def _shortest_idle_timeout(self) -> float:
-        """The smallest idle timeout in force (node default, listeners), 0 if none."""
-        timeouts = [self.config.idle_timeout] + [lc.idle_timeout for lc in self.config.listeners
-                                                 if lc.idle_timeout is not None]
+        """The smallest idle timeout in force (node default, listeners, connectors, uplinks), 0 if none."""
+        timeouts = [self.config.idle_timeout] + [c.idle_timeout for c in (*self.config.listeners,
+                                                                           *self.config.connectors,
+                                                                           *self.config.uplinks)
+                                                 if c.idle_timeout is not None]
         return min((t for t in timeouts if t > 0), default=0.0)
 
     def _mesh_tick(self) -> None:
@@ -615,12 +644,15 @@ class NodeServer:
                 self.trimmer.trim()             # what the full collection freed goes back to the system
         except Exception:
             log.exception("internal error in the garbage collection pacer")
-        self._gc_handle = self.loop.call_later(GC_TICK, self._gc_tick)
+        self._gc_handle = self.loop.call_later(EDGE_GC_TICK if self.config.mode == "edge" else GC_TICK,
+                                               self._gc_tick)
 
     def log_state(self) -> None:
         """Log the node's table sizes, counters and mesh view as one JSON line (SIGUSR1)."""
         state = self.engine.snapshot()
         state["mesh"] = self.mesh.snapshot()
+        if self.edges is not None:
+            state["edge"] = self.edges.snapshot()
         if self.gateways is not None:
             state["gateway"] = self.gateways.snapshot()
         if self.gc_pacer is not None:

@@ -50,7 +50,7 @@ def inter_router_port(node: Any) -> int:
 
 def listener_urls(node: Any) -> list[str]:
     """URLs (amqp:// or amqps://) of the node's AMQP listeners, in config order."""
-    return [m["url"] for m in listening(node) if m["role"] in ("normal", "inter-router")]
+    return [m["url"] for m in listening(node) if m["role"] in ("normal", "inter-router", "edge")]
 
 
 def metrics_url(node: Any) -> str:

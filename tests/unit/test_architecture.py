@@ -19,7 +19,7 @@ ROUTER = Path(__file__).resolve().parents[2] / "router"
 LAYERS = {
     "router": 0, "router.defaults": 0, "router.logs": 0, "router.argtypes": 0,       # base
     "router.amqp": 1,                                                                # codec
-    "router.addressing": 2, "router.config": 2, "router.security": 2,                # core
+    "router.addressing": 2, "router.config": 2, "router.security": 2, "router.edge": 2,  # core
     "router.forwarding": 2, "router.linkstate": 2, "router.policy": 2,
     "router.adapter": 3,                                                             # Proton adapter
     "router.node": 4,                                                                # node

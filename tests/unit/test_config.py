@@ -406,8 +406,9 @@ def test_port_zero_may_repeat() -> None:
 
 
 def test_unknown_role() -> None:
-    err = error_for(with_changes(listeners=[{"host": "h", "port": 1, "role": "edge"}]))
-    assert_error(err, "listeners[0].role", "unknown role 'edge'", "valid: normal, inter-router")
+    err = error_for(with_changes(listeners=[{"host": "h", "port": 1, "role": "route-container"}]))
+    assert_error(err, "listeners[0].role", "unknown role 'route-container'",
+                 "valid: normal, inter-router, edge")
 
 
 def test_mesh_keys_parse_with_defaults() -> None:

@@ -36,7 +36,7 @@ def bogus(mapping: dict[str, Any]) -> dict[str, Any]:
 
 UNKNOWN = [
     (bogus(config()), "bogus",
-     "node, listeners, addresses, connectors, router, telemetry, brokers, metrics, policy"),
+     "node, listeners, addresses, connectors, router, uplinks, telemetry, brokers, metrics, policy"),
     (config(node=bogus(NODE)), "node.bogus",
      "id, link_capacity, idle_timeout, log_level, log_levels, heavy_read, read_budget"),
     (config(listeners=[LISTENER, bogus({"host": "h", "port": 0})]), "listeners[1].bogus",
@@ -50,13 +50,13 @@ UNKNOWN = [
     (config(addresses={"rules": [bogus({"prefix": "a", "distribution": "closest"})]}),
      "addresses.rules[0].bogus", "prefix, distribution, name"),
     (config(connectors=[bogus({"host": "h", "port": 1})]), "connectors[0].bogus",
-     "host, port, role, cost, tls, sasl, name"),
+     "host, port, role, cost, tls, sasl, name, idle_timeout"),
     (config(connectors=[{"host": "h", "port": 1, "tls": {"bogus": 1}}]), "connectors[0].tls.bogus",
      "ca, cert, key, key_password_file, verify_peer_name, peer_name, protocols"),
     (config(connectors=[{"host": "h", "port": 1, "sasl": {"bogus": 1}}]), "connectors[0].sasl.bogus",
      "mechanisms"),
     (config(router={"bogus": 1}), "router.bogus",
-     "hello_interval, hello_max_age, ra_interval, ra_interval_flux, ls_max_age"),
+     "mode, hello_interval, hello_max_age, ra_interval, ra_interval_flux, ls_max_age"),
     (config(brokers=[bogus(BROKER)]), "brokers[0].bogus", "name, url, heartbeat, confirm_window, addresses"),
     (config(brokers=[{**BROKER, "addresses": [bogus(BRIDGE)]}]), "brokers[0].addresses[0].bogus",
      "address, semantics, direction, durable, dead_letter_exchange, ttl, declare"),
@@ -79,9 +79,9 @@ def test_unknown_key_lists_the_allowed_keys_in_order(data: dict[str, Any], path:
 MESSAGES = [
     # the whole file
     (None, "<root>: config is empty: expected a mapping with keys node, listeners, addresses, connectors, "
-           "router, telemetry, brokers, metrics, policy"),
+           "router, uplinks, telemetry, brokers, metrics, policy"),
     (["node"], "<root>: top level must be a mapping with keys node, listeners, addresses, connectors, "
-               "router, telemetry, brokers, metrics, policy, got list"),
+               "router, uplinks, telemetry, brokers, metrics, policy, got list"),
     ({"listeners": [LISTENER]}, "node: missing required key"),
     (config(node=None), "node: wrong type: expected a mapping, got null"),
     (config(node={}), "node.id: missing required key"),
@@ -112,8 +112,8 @@ MESSAGES = [
      "listeners[0].host: invalid host 'a b': must not contain whitespace"),
     (config(listeners=[{"host": "h", "port": 65536}]),
      "listeners[0].port: out of range: must be between 0 and 65535, got 65536"),
-    (config(listeners=[{"host": "h", "port": 1, "role": "edge"}]),
-     "listeners[0].role: unknown role 'edge' (valid: normal, inter-router)"),
+    (config(listeners=[{"host": "h", "port": 1, "role": "route-container"}]),
+     "listeners[0].role: unknown role 'route-container' (valid: normal, inter-router, edge)"),
     (config(listeners=[{"host": "h", "port": 1, "max_frame_size": 100}]),
      "listeners[0].max_frame_size: out of range: must be between 512 and 4294967295, got 100"),
     (config(listeners=[{"host": "h", "port": 1, "tls": {"key": "k"}}]),
@@ -144,7 +144,7 @@ MESSAGES = [
     (config(connectors=[{"host": "h", "port": 1, "cost": 2**24 + 1}]),
      "connectors[0].cost: out of range: must be between 1 and 16777216, got 16777217"),
     (config(connectors=[{"host": "h", "port": 1, "role": "normal"}]),
-     "connectors[0].role: unknown role 'normal' (valid: inter-router)"),
+     "connectors[0].role: unknown role 'normal' (valid: inter-router, edge)"),
     (config(connectors=[{"host": "h", "port": 1, "sasl": {}}]),
      "connectors[0].sasl.mechanisms: missing required key"),
     (config(connectors=[{"host": "h", "port": 1, "sasl": {"mechanisms": ["PLAIN"]}}]),

@@ -176,3 +176,54 @@ def test_generated_config_round_trips_through_yaml(tmp_path):
     for node_id, path in written.items():
         assert yaml.safe_load(path.read_text()) == node_config(topology, node_id)
         assert load_config(path).node_id == node_id
+
+
+# ---- edge mode (docs/EDGE.md) -------------------------------------------------------------------------
+EDGE_TOPOLOGY = """
+nodes:
+  I1: {client_port: 6001, inter_router_port: 6101, edge_port: 6201}
+  I2: {client_port: 6002, edge_port: 6202}
+  E1: {client_port: 6003, mode: edge, uplinks: [I1, I2]}
+edges:
+  - {from: I2, to: I1}
+router: {hello_interval: 0.5, hello_max_age: 1.5}
+"""
+
+
+def test_edge_nodes_get_uplinks_and_interiors_an_edge_listener(tmp_path):
+    topology = load_topology(write(tmp_path, EDGE_TOPOLOGY))
+    assert topology.interior_ids == ["I1", "I2"] and topology.node("E1").is_edge
+    e1 = parse_config(node_config(topology, "E1"), "E1")
+    assert e1.mode == "edge" and e1.router_timers["hello_interval"] == 0.5
+    assert [(u.port, u.cost, u.role) for u in e1.uplinks] == [(6201, 1, "edge"), (6202, 2, "edge")]
+    assert [lc.role for lc in e1.listeners] == ["normal"] and not e1.connectors
+    i2 = parse_config(node_config(topology, "I2"), "I2")
+    assert i2.mode == "interior" and [(lc.role, lc.port) for lc in i2.listeners] == [("normal", 6002),
+                                                                                    ("edge", 6202)]
+
+
+@pytest.mark.parametrize("node_line, key_path, problem", [
+    ("E1: {client_port: 6003, mode: edge}", "nodes.E1.uplinks", "at least one interior"),
+    ("E1: {client_port: 6003, mode: edge, uplinks: [I9]}", "nodes.E1.uplinks[0]", "unknown interior"),
+    ("E1: {client_port: 6003, mode: edge, uplinks: [I2, I2]}", "nodes.E1.uplinks[1]", "duplicate uplink"),
+    ("E1: {client_port: 6003, mode: edge, uplinks: [I1], edge_port: 6301}", "nodes.E1.edge_port",
+     "only a client port"),
+    ("E1: {client_port: 6003, uplinks: [I1]}", "nodes.E1.uplinks", "only a node with mode: edge"),
+    ("E1: {client_port: 6003, mode: spoke, uplinks: [I1]}", "nodes.E1.mode", "unknown mode"),
+    ("E1: {client_port: 6201, mode: edge, uplinks: [I1]}", "nodes.E1.client_port", "duplicate port 6201"),
+])
+def test_bad_edge_nodes_are_named(tmp_path, node_line, key_path, problem):
+    text = EDGE_TOPOLOGY.replace("E1: {client_port: 6003, mode: edge, uplinks: [I1, I2]}", node_line)
+    with pytest.raises(TopologyError) as info:
+        load_topology(write(tmp_path, text))
+    assert info.value.key_path == key_path and problem in info.value.problem, str(info.value)
+
+
+def test_an_uplink_needs_the_interiors_edge_port_and_edges_join_no_links(tmp_path):
+    text = EDGE_TOPOLOGY.replace("I2: {client_port: 6002, edge_port: 6202}", "I2: {client_port: 6002}")
+    with pytest.raises(TopologyError, match=r"nodes.E1.uplinks\[1\]: node 'I2' has no nodes.I2.edge_port"):
+        load_topology(write(tmp_path, text))
+    link = "  - {from: I2, to: I1}\n"
+    text = EDGE_TOPOLOGY.replace(link, link + "  - {from: E1, to: I1}\n")
+    with pytest.raises(TopologyError, match=r"edges\[1\].from: node 'E1' is an edge"):
+        load_topology(write(tmp_path, text))

@@ -1,0 +1,137 @@
+"""Edge failover with real processes (docs/EDGE.md): the active interior of an edge dies (kill -9) or
+goes silent (SIGSTOP) while a producer on that edge streams to a consumer on another edge.
+
+Every attempt ends ACCEPTED, RELEASED or MODIFIED at the producer, which sends the RELEASED and MODIFIED
+ones again; every id is accepted exactly once; the edge routes through its standby uplink within 1 s of
+the kill (a generous bound: the move itself is measured in BENCHMARKS.md); the clients keep their
+connections to the edges.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter, deque
+
+import pytest
+
+from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_message
+from tests.support.edges import router_test, uplink_of
+from tests.support.nodes import kill9
+from tests.support.waiting import WaitTimeout, pump, wait_until
+
+ADDR = "balanced/edge-stream"
+TOTAL = 1500
+KILL_AFTER = 400
+DEADLINE = 40.0
+
+
+def _stream(s, rx, kill, total: int = TOTAL) -> dict:
+    per_id: dict[int, list[int]] = {}
+    pending: dict[object, tuple[int, object]] = {}
+    resend: deque[int] = deque()
+    nxt = attempts = 0
+    killed = None
+    start = time.monotonic()
+    while True:
+        for tag, (mid, tr) in list(pending.items()):
+            if tr.settled:
+                del pending[tag]
+                per_id.setdefault(mid, []).append(tr.state)
+                if tr.state in (RELEASED, MODIFIED):
+                    resend.append(mid)
+        sent_now = 0
+        while s.credit - s.queued > 0 and (resend or nxt < total):
+            if resend:
+                mid = resend.popleft()
+            else:
+                mid, nxt = nxt, nxt + 1
+            tr = s.send(make_message(f"payload-{mid}", properties={"mid": mid}))
+            attempts += 1
+            pending[tr.tag] = (mid, tr)
+            sent_now += 1
+        if killed is None and len(rx.received) >= KILL_AFTER and sent_now:
+            pump(0.0)
+            kill()
+            killed = time.monotonic()
+        if nxt == total and not resend and not pending:
+            return {"per_id": per_id, "attempts": attempts, "killed": killed}
+        if time.monotonic() - start > DEADLINE:
+            raise WaitTimeout(f"stream not done: {nxt}/{total} ids, {len(pending)} pending, "
+                              f"{len(resend)} to resend, credit {s.credit}, received {len(rx.received)}")
+        pump(0.02)
+
+
+def _audit(st: dict, rx) -> Counter:
+    outcomes = Counter(x for states in st["per_id"].values() for x in states)
+    assert set(outcomes) <= {ACCEPTED, RELEASED, MODIFIED}, outcomes
+    assert sum(outcomes.values()) == st["attempts"]
+    assert sorted(st["per_id"]) == list(range(TOTAL))
+    assert all(states.count(ACCEPTED) == 1 and states[-1] == ACCEPTED for states in st["per_id"].values())
+    got = Counter(r.message.properties["mid"] for r in rx.received)
+    assert set(got) == set(range(TOTAL)), "accepted but never received"
+    extra = {mid: n for mid, n in got.items() if n > 1 + st["per_id"][mid].count(MODIFIED)}
+    assert not extra, f"received more often than the outcomes allow: {list(extra.items())[:10]}"
+    return outcomes
+
+
+def test_active_interior_killed_edge_moves_within_a_second(node_factory):
+    """EA1 (producer) and EA2 route through INT.A; the consumer is on EB1. INT.A is killed mid-stream:
+    EA1 moves to INT.B, nothing is lost, the producer's connection to EA1 stays up."""
+    n = router_test(node_factory)
+    rx = Client(n["EB1"].url).receiver(ADDR, credit=500, credit_window=500)
+    client = Client(n["EA1"].url)
+    s = client.sender(ADDR)
+    s.wait_credit(1, timeout=10)
+    moved = {}
+
+    def kill() -> None:
+        kill9(n["INT.A"])
+        t0 = time.monotonic()
+        wait_until(lambda: uplink_of(n["EA1"]) == "INT.B", 5, "EA1 routes through INT.B")
+        moved["after"] = time.monotonic() - t0
+
+    st = _stream(s, rx, kill)
+    outcomes = _audit(st, rx)
+    print(f"audit: {dict(outcomes)}; EA1 moved {moved['after']:.3f}s after the kill")
+    assert outcomes[RELEASED] + outcomes[MODIFIED] > 0, "the kill hit no delivery in flight"
+    assert moved["after"] < 1.0, f"EA1 took {moved['after']:.2f}s to move to INT.B"
+    assert not client.closed and client.remote_open, "the producer's connection to its edge was lost"
+    assert uplink_of(n["EA2"]) == "INT.B"
+
+
+def test_consumer_edge_loses_its_interior_producer_elsewhere_loses_nothing(node_factory):
+    """The consumer is on EA2 (behind INT.A), the producer on EB2: INT.A dies, EA2 moves to INT.B and
+    the stream goes on (anything in flight through INT.A comes back RELEASED/MODIFIED and is sent
+    again; the audit holds either way)."""
+    n = router_test(node_factory)
+    rx = Client(n["EA2"].url).receiver(ADDR, credit=500, credit_window=500)
+    s = Client(n["EB2"].url).sender(ADDR)
+    s.wait_credit(1, timeout=10)
+    st = _stream(s, rx, lambda: kill9(n["INT.A"]))
+    outcomes = _audit(st, rx)
+    print(f"audit: {dict(outcomes)}")
+    assert uplink_of(n["EA2"]) == "INT.B"
+
+
+@pytest.mark.parametrize("idle", [1.0])
+def test_silent_interior_is_noticed_by_heartbeats(node_factory, idle):
+    """INT.A stops (SIGSTOP: its sockets stay open, nothing comes back): the uplinks' idle timeout
+    (`uplinks[].idle_timeout`, the node's own stays 16 s) notices it and the edges move to INT.B; traffic
+    from EA1 to EB1 flows again."""
+    n = router_test(node_factory, uplink_idle_timeout=idle)
+    os.kill(n["INT.A"].pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        wait_until(lambda: uplink_of(n["EA1"]) == "INT.B", 10, "EA1 moved to INT.B")
+        took = time.monotonic() - t0
+        rx = Client(n["EB1"].url).receiver("closest/after-stop", credit=10)
+        s = Client(n["EA1"].url).sender("closest/after-stop")
+        s.wait_credit(1, timeout=10)
+        assert s.send(make_message("again")).wait().state == ACCEPTED
+        assert rx.wait_messages(1)[0].body == "again"
+        print(f"EA1 noticed the silent interior and moved after {took:.2f}s (idle timeout {idle}s)")
+        assert took < 4 * idle + 1
+    finally:
+        os.kill(n["INT.A"].pid, signal.SIGCONT)
