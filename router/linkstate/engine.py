@@ -366,10 +366,15 @@ class LinkStateEngine(EngineViews, Admission, Sending):
                 self._wants_due = True
 
     def _recompute(self, now: float) -> None:
+        topology_changed = False
         for node in self._lsdb.take_changes():
-            self._topology.set_link_state(node, self._lsdb.peers_of(node))
+            if self._topology.set_link_state(node, self._lsdb.peers_of(node)):
+                topology_changed = True
         routes = compute_routes(self._topology.adjacency, self.node_id)
-        if routes.next_hop != self._routes.next_hop or routes.cost != self._routes.cost:
+        # valid origins depend on every origin's tree, not only on our paths: a link between two other
+        # nodes that comes back (a restarted node's) leaves our next hops as they were, but a multicast
+        # copy from one of them must stop being forwarded toward the other (it gets its own)
+        if topology_changed or routes.next_hop != self._routes.next_hop or routes.cost != self._routes.cost:
             self._routes_epoch += 1
         self._routes = routes
         self._hop_table = None

@@ -37,9 +37,11 @@ class Topology:
         self._named_by: dict[str, dict[str, int]] = {}  # node -> {namer: cost the namer advertises}
         self.adjacency: dict[str, Mapping[str, int]] = {root: {}}  # out-edges (do not modify)
 
-    def set_link_state(self, node: str, peers: Mapping[str, int] | None) -> None:
-        """Replace ``node``'s link state (None: unknown, the node becomes a stub if named)."""
-        old = self._ls.pop(node, None) or {}
+    def set_link_state(self, node: str, peers: Mapping[str, int] | None) -> bool:
+        """Replace ``node``'s link state (None: unknown, the node becomes a stub if named); True if it
+        differs from the one it replaces."""
+        known = self._ls.pop(node, None)
+        old = known or {}
         new = dict(peers) if peers is not None else None
         for peer in old:
             if new is None or peer not in new:
@@ -54,6 +56,7 @@ class Topology:
         if new is not None:
             self._ls[node] = new
         self._place(node)
+        return known != new
 
     def _place(self, node: str) -> None:
         """Point ``adjacency[node]`` at its link state, else its namers (stub), else drop it."""

@@ -91,7 +91,7 @@ class EngineViews:
 
     @property
     def routes_epoch(self) -> int:
-        """Bumped when next hops, costs or neighbour links change."""
+        """Bumped when next hops, costs, neighbour links or any node's link state (valid origins) change."""
         return self._routes_epoch
 
     @property
