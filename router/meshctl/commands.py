@@ -254,6 +254,7 @@ def status(ctx: Context, as_json: bool = False) -> int:
         print(f"mesh {data['mesh']} ({data['dir']}): {data['running']}/{total} nodes running, {state}",
               file=ctx.out)
         rows = [("NODE", "PID", "ALIVE", "URL", "NEIGHBORS", "REACHABLE", "ADDRESSES", "EDGES")]
+        with_edges = any(n.get("edge") for n in data["nodes"].values())    # else no EDGES column
         interiors = len(ctx.topology.interior_ids)
         for node_id, n in data["nodes"].items():
             edge = n.get("edge") or {}
@@ -265,6 +266,8 @@ def status(ctx: Context, as_json: bool = False) -> int:
                 edges = str(edge.get("active_edges", 0)) if edge else "-"
             rows.append((node_id, _cell(n["pid"]), _cell(n["alive"]), n["url"], _cell(n["neighbors"]),
                          reach, _cell(n["addresses"]), edges))
+        if not with_edges:
+            rows = [r[:-1] for r in rows]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip(), file=ctx.out)
