@@ -44,10 +44,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import yaml  # noqa: E402
+from harness.procs import free_ports  # noqa: E402
+from harness.sample import rss_bytes as rss  # noqa: E402
 
 from router.rpc import RpcClient, RpcServer  # noqa: E402
 from router.rpc.notify import NotificationListener  # noqa: E402
@@ -61,25 +64,6 @@ MIB = 1024 * 1024
 
 
 # ------------------------------------------------------------------------------------------------ nodes
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 @dataclass

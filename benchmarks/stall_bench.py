@@ -43,10 +43,12 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 from code_ab import extract  # noqa: E402
-from node_bench import DEFAULT_HARNESS, ensure_client, free_port  # noqa: E402
+from harness.loadgen import ensure_client  # noqa: E402
+from harness.paths import RESULTS_DIR  # noqa: E402
+from harness.paths import SHARED_HARNESS as DEFAULT_HARNESS  # noqa: E402
+from harness.procs import free_port  # noqa: E402
 
 REPO = BENCH_DIR.parent
-RESULTS_DIR = BENCH_DIR / "results"
 PATHS = ("node", "chain", "mesh", "direct")
 ORDERS = ("receiver-first", "sender-first")
 ADDRESS = "closest/stall"
