@@ -26,12 +26,23 @@ def test_the_scenarios_are_there():
             "startup_bench.py", "qdr_compare.py"} <= set(SCENARIOS)
 
 
+@pytest.fixture(scope="module")
+def helps() -> dict[str, tuple[int, str, str]]:
+    """Every scenario's ``--help``, all started at once: script -> (exit status, stdout, stderr)."""
+    procs = {s: subprocess.Popen([sys.executable, str(BENCH / s), "--help"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for s in SCENARIOS}
+    out = {}
+    for s, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=180)
+        out[s] = (proc.returncode, stdout, stderr)
+    return out
+
+
 @pytest.mark.parametrize("script", SCENARIOS)
-def test_scenario_answers_help(script):
-    r = subprocess.run([sys.executable, str(BENCH / script), "--help"], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("usage:"), r.stdout[:500]
+def test_scenario_answers_help(helps, script):
+    code, stdout, stderr = helps[script]
+    assert code == 0, stderr[-2000:]
+    assert stdout.startswith("usage:"), stdout[:500]
 
 
 def test_headline_lists_the_headline_set():
