@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from harness.loadgen import run_amqpbench  # noqa: E402,F401 (the C clients below)
+from harness.procs import start_node as harness_start_node  # noqa: E402
 from harness.sample import cpu_seconds, nearest_rank  # noqa: E402
 
 URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -167,6 +167,7 @@ async def pika_consume(queue: str, count: int, window: int) -> float:
 
 # ---- the node -------------------------------------------------------------------------------------------
 def start_node(tmp: Path, address: str, window: int) -> tuple[subprocess.Popen, str]:
+    """The node with the gateway to RabbitMQ for ``address`` (both directions); (process, client URL)."""
     cfg = {"node": {"id": "GWB", "link_capacity": window},
            "listeners": [{"host": "127.0.0.1", "port": 0}],
            "brokers": [{"name": "rabbit", "url": URL, "confirm_window": window,
@@ -174,16 +175,8 @@ def start_node(tmp: Path, address: str, window: int) -> tuple[subprocess.Popen, 
                                        "durable": False}]}]}
     path = tmp / "gw-bench.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=open(tmp / "node.err", "w"), text=True)
-    url = None
-    for line in proc.stdout:
-        m = re.match(r"listening: role=normal url=(\S+)", line)
-        if m:
-            url = m[1]
-        if line.startswith("ready:"):
-            break
-    return proc, url
+    node = harness_start_node(path, tmp, "node")
+    return node.proc, node.url
 
 
 # ---- AMQP 1.0 clients: the C load generator ------------------------------------------------------------

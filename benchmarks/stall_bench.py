@@ -44,9 +44,9 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from code_ab import extract  # noqa: E402
 from harness.loadgen import ensure_client  # noqa: E402
-from harness.paths import RESULTS_DIR  # noqa: E402
+from harness.paths import RESULTS_DIR, BenchError  # noqa: E402
 from harness.paths import SHARED_HARNESS as DEFAULT_HARNESS  # noqa: E402
-from harness.procs import free_port  # noqa: E402
+from harness.procs import free_port, start_node  # noqa: E402
 
 REPO = BENCH_DIR.parent
 PATHS = ("node", "chain", "mesh", "direct")
@@ -76,17 +76,12 @@ class Nodes:
                    "addresses": {"rules": [{"prefix": "closest", "distribution": "closest"}]}}
             path_cfg = tmp / f"{n}.yaml"
             path_cfg.write_text(yaml.safe_dump(cfg))
-            log = tmp / f"{n}.out"
-            proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path_cfg)], cwd=tree,
-                                    env={**os.environ, "PYTHONPATH": str(tree)}, stdout=open(log, "w"),
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs.append(proc)
-            deadline = time.monotonic() + 30
-            while "ready: node=" not in log.read_text(errors="replace"):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit(f"node {n} did not start:\n{log.read_text()[-2000:]}")
-                time.sleep(0.05)
+            try:
+                node = start_node(path_cfg, tmp, n, 30, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+            except BenchError as exc:
+                self.stop()
+                raise SystemExit(str(exc)) from None
+            self.procs.append(node.proc)
         if edges:
             time.sleep(2.0)             # converged (HELLO every second by default): not part of the measure
 
