@@ -49,7 +49,8 @@ for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
         sys.path.insert(0, str(_path))
 
 import yaml  # noqa: E402
-from harness.procs import free_ports  # noqa: E402
+from harness.paths import BenchError  # noqa: E402
+from harness.procs import free_ports, start_node  # noqa: E402
 from harness.sample import rss_bytes as rss  # noqa: E402
 
 from router.rpc import RpcClient, RpcServer  # noqa: E402
@@ -110,17 +111,11 @@ class Mesh:
                                    "confirm_window": 250, "addresses": [bridged]}]
             path = self.run_dir / f"{n}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            out, err = self.run_dir / f"{n}.stdout", self.run_dir / f"{n}.stderr"
-            with open(out, "wb") as o, open(err, "wb") as e:
-                proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], stdout=o,
-                                        stderr=e, stdin=subprocess.DEVNULL, cwd=REPO,
-                                        start_new_session=True)
-            self.nodes[n] = Node(n, proc, f"amqp://127.0.0.1:{client_port[n]}", err)
-            deadline = time.monotonic() + 20
-            while f"ready: node={n}" not in out.read_text():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"soak: node {n} did not start: {err.read_text()[-2000:]}")
-                time.sleep(0.05)
+            try:
+                node = start_node(path, self.run_dir, n, 20)
+            except BenchError as exc:
+                raise SystemExit(f"soak: {exc}") from None
+            self.nodes[n] = Node(n, node.proc, node.url, node.stderr_log)
 
     def check(self) -> None:
         for n in self.nodes.values():
