@@ -49,10 +49,10 @@ REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
 from harness.loadgen import run_amqpbench  # noqa: E402
 from harness.procs import free_port, wait_ready_line  # noqa: E402
 from harness.procs import peer_node_config as node_config  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 AMQPBENCH = BENCH_DIR / "build" / "amqpbench"
 PATHS = ("node", "ingress", "egress", "transit", "node-presettled", "ingress-presettled", "egress-presettled",

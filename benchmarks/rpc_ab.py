@@ -28,7 +28,7 @@ REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 
 def one_run(tree: Path, a: argparse.Namespace, out: Path) -> list[dict]:

@@ -42,11 +42,11 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
 from harness.loadgen import ensure_client  # noqa: E402
 from harness.paths import RESULTS_DIR, BenchError  # noqa: E402
 from harness.paths import SHARED_HARNESS as DEFAULT_HARNESS  # noqa: E402
 from harness.procs import free_port, start_node  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 REPO = BENCH_DIR.parent
 PATHS = ("node", "chain", "mesh", "direct")

@@ -33,10 +33,10 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
 from harness.procs import free_port  # noqa: E402
 from harness.report import markdown_table, save_result  # noqa: E402
 from harness.sample import cpu_seconds  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 REPO = BENCH_DIR.parent
 HEADER = b"AMQP\x00\x01\x00\x00"

@@ -12,6 +12,7 @@ file on top of it.
 * :mod:`harness.loadgen` – the C load generator (built into benchmarks/build/amqpbench) and the shared
   orchestrator run_bench.py;
 * :mod:`harness.profile` – py-spy flamegraphs and collapsed stacks, the top functions by self time;
+* :mod:`harness.trees` – a git revision's tree for before/after runs (``--base REV``);
 * :mod:`harness.report` – Markdown tables, where a figure was measured (host, git revision, command, load),
   JSON results under benchmarks/results/.
 
