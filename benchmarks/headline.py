@@ -102,21 +102,28 @@ def run(cmd: list[str], log: Path) -> dict:
     t0 = time.monotonic()
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     print(f"$ {shown(cmd)}", flush=True)
-    with open(log, "a", encoding="utf-8") as f:
+    lines: list[str] = []
+    with open(log, "a", encoding="utf-8") as f:          # written as it runs: `tail -f` it
         f.write(f"$ {shown(cmd)}\n")
         f.flush()
-        proc = subprocess.run([sys.executable, str(BENCH_DIR / cmd[0]), *cmd[1:]], cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        f.write(proc.stdout)
+        proc = subprocess.Popen([sys.executable, str(BENCH_DIR / cmd[0]), *cmd[1:]], cwd=REPO, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            f.write(line)
+            f.flush()
+        proc.wait()
+    output = "".join(lines)
     took = time.monotonic() - t0
-    found = tables(proc.stdout)
+    found = tables(output)
     print(f"  exit {proc.returncode} after {took:.0f} s, {len(found)} table(s); "
           f"output in {log.relative_to(REPO)}", flush=True)
     result = {"command": shown(cmd), "date": date, "machine": machine(load=False), "seconds": round(took, 1),
               "load": [round(load_before, 2), round(load_average()[0], 2)], "exit": proc.returncode,
               "tables": found}
     if proc.returncode != 0:
-        result["tail"] = proc.stdout.splitlines()[-15:]
+        result["tail"] = output.splitlines()[-15:]
     return result
 
 
