@@ -58,7 +58,7 @@ lint: $(STAMP)
 
 bench: $(STAMP) bytecode
 	WITH_BENCH=1 bash scripts/system-deps.sh
-	$(PY) benchmarks/node_bench.py
+	$(PY) benchmarks/headline.py
 
 clean:
 	rm -rf $(VENV) .venv-oslo18 .pytest_cache router/adapter/_hotpath*.so

@@ -29,17 +29,9 @@ from pathlib import Path
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
+sys.path.insert(0, str(BENCH_DIR))
 
-
-def extract(rev: str, into: Path) -> Path:
-    """The tree of `rev` under `into` (via git archive; nothing in the repository changes)."""
-    archive = subprocess.run(["git", "archive", "--format=tar", rev], cwd=REPO, capture_output=True,
-                             check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    builder = into / "router" / "adapter" / "hotpath_build.py"
-    if builder.exists():                # a tree with the compiled hot path (issue 21): build it there
-        subprocess.run([sys.executable, str(builder)], check=True, capture_output=True)
-    return into
+from harness.trees import extract  # noqa: E402  (the other A/B scenarios import it from here too)
 
 
 def one_run(tree: Path, label: str, bench_args: str, bench: str = "node") -> tuple[float, float]:

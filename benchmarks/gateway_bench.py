@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -47,25 +46,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+from harness.loadgen import run_amqpbench  # noqa: E402,F401 (the C clients below)
+from harness.procs import start_node as harness_start_node  # noqa: E402
+from harness.sample import cpu_seconds, nearest_rank  # noqa: E402
+
 URL = "amqp://guest:guest@127.0.0.1:5672/%2F"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
+    """Nearest-rank percentile (p in 0..100); NaN without values."""
+    return nearest_rank(values, p) if values else float("nan")
 
 
 def cpu(pid: int | None) -> float:
     """User + system CPU seconds of a process (0 when unknown)."""
-    if pid is None:
-        return 0.0
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return 0.0 if pid is None else cpu_seconds(pid)
 
 
 def broker_pid() -> int | None:
@@ -174,6 +167,7 @@ async def pika_consume(queue: str, count: int, window: int) -> float:
 
 # ---- the node -------------------------------------------------------------------------------------------
 def start_node(tmp: Path, address: str, window: int) -> tuple[subprocess.Popen, str]:
+    """The node with the gateway to RabbitMQ for ``address`` (both directions); (process, client URL)."""
     cfg = {"node": {"id": "GWB", "link_capacity": window},
            "listeners": [{"host": "127.0.0.1", "port": 0}],
            "brokers": [{"name": "rabbit", "url": URL, "confirm_window": window,
@@ -181,31 +175,11 @@ def start_node(tmp: Path, address: str, window: int) -> tuple[subprocess.Popen, 
                                        "durable": False}]}]}
     path = tmp / "gw-bench.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=open(tmp / "node.err", "w"), text=True)
-    url = None
-    for line in proc.stdout:
-        m = re.match(r"listening: role=normal url=(\S+)", line)
-        if m:
-            url = m[1]
-        if line.startswith("ready:"):
-            break
-    return proc, url
+    node = harness_start_node(path, tmp, "node")
+    return node.proc, node.url
 
 
 # ---- AMQP 1.0 clients: the C load generator ------------------------------------------------------------
-def run_amqpbench(exe: Path, *args: str) -> tuple[dict, float]:
-    """Run one amqpbench; returns its JSON result and its CPU seconds."""
-    proc = subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    out, err = proc.communicate()
-    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"amqpbench {' '.join(args)} failed ({proc.returncode}): {err.strip()[-500:]}")
-    return json.loads(lines[-1]), usage.ru_utime + usage.ru_stime
-
-
 def c_publish(exe: Path, url: str, address: str, count: int, size: int) -> tuple[float, float]:
     res, used = run_amqpbench(exe, "send", "--url", url, "--addr", address, "--count", str(count),
                               "--size", str(size))

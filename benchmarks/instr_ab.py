@@ -49,9 +49,10 @@ REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
-from gateway_bench import run_amqpbench  # noqa: E402
-from node_bench import free_port  # noqa: E402
+from harness.loadgen import run_amqpbench  # noqa: E402
+from harness.procs import free_port, wait_ready_line  # noqa: E402
+from harness.procs import peer_node_config as node_config  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 AMQPBENCH = BENCH_DIR / "build" / "amqpbench"
 PATHS = ("node", "ingress", "egress", "transit", "node-presettled", "ingress-presettled", "egress-presettled",
@@ -60,19 +61,6 @@ ADDRESS = "balanced/instr"
 
 
 CALLGRIND_SLOWDOWN = 50     # a message takes ~50x longer under callgrind than at full speed
-
-
-def node_config(tmp: Path, node: str, client: int, inter: int | None, dial: list[int]) -> Path:
-    data: dict = {"node": {"id": node},
-                  "listeners": [{"host": "127.0.0.1", "port": client, "role": "normal"}],
-                  "router": {"hello_interval": 0.5, "hello_max_age": 1.5, "ra_interval_flux": 1.0}}
-    if inter is not None:
-        data["listeners"].append({"host": "127.0.0.1", "port": inter, "role": "inter-router"})
-    if dial:
-        data["connectors"] = [{"host": "127.0.0.1", "port": port} for port in dial]
-    path = tmp / f"{node}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def scale_read_turns(cfg: Path, tree: Path, a: argparse.Namespace) -> None:
@@ -88,14 +76,6 @@ def scale_read_turns(cfg: Path, tree: Path, a: argparse.Namespace) -> None:
     data = yaml.safe_load(cfg.read_text())
     data["node"].update(heavy_read=0.001 * CALLGRIND_SLOWDOWN, read_budget=0.005 * CALLGRIND_SLOWDOWN)
     cfg.write_text(yaml.safe_dump(data))
-
-
-def wait_ready(proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while "ready: node=" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"node did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.1)
 
 
 def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
@@ -122,7 +102,7 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                 procs[n] = subprocess.Popen([*slowed, sys.executable, "-m", "router", "run", str(cfg)],
                                             cwd=tree, env=env, stdout=open(tmp / f"{n}.out", "w"),
                                             stderr=subprocess.STDOUT)
-                wait_ready(procs[n], tmp / f"{n}.out", 180 if slowed else 30)
+                wait_ready_line(procs[n], tmp / f"{n}.out", 180 if slowed else 30)
             cfg = node_config(tmp, "M", ports["M"][0], None, [ports[n][1] for n in others])
             scale_read_turns(cfg, tree, a)
             # callgrind counts each byte a `rep movsb` moves as an instruction, and glibc's memcpy uses it
@@ -133,7 +113,7 @@ def one_round(tree: Path, path: str, a: argparse.Namespace) -> float:
                                            f"--callgrind-out-file={out}", sys.executable, "-m", "router",
                                            "run", str(cfg)], cwd=tree, env=env_m,
                                           stdout=open(tmp / "M.out", "w"), stderr=subprocess.STDOUT)
-            wait_ready(procs["M"], tmp / "M.out", 180)
+            wait_ready_line(procs["M"], tmp / "M.out", 180)
             src = {"ingress": "M", "egress": "X", "transit": "X"}.get(path, "M")
             dst = {"ingress": "X", "egress": "M", "transit": "Y"}.get(path, "M")
             mode = ["rpc-server", "--credit", "250"] if path == "node-rpc" else \

@@ -47,14 +47,14 @@ for p in (REPO, REPO / "benchmarks"):
         sys.path.insert(0, str(p))
 
 import yaml  # noqa: E402
-from node_bench import ensure_client  # noqa: E402
+from harness.loadgen import ensure_client  # noqa: E402
+from harness.report import save_result  # noqa: E402
+from harness.sample import rss_bytes as rss_of  # noqa: E402
 
 from tests.support.meshes import build  # noqa: E402
 from tests.support.nodes import NodeSet  # noqa: E402
 from tests.support.state import node_state  # noqa: E402
 
-RESULTS = REPO / "benchmarks" / "results"
-HARNESS = Path("/work/shared/bench")
 TOPOLOGY = REPO / "topologies" / "four-node.yaml"
 JS_DIR = REPO / "tests" / "interop" / "js"
 MB = 1024 * 1024
@@ -80,24 +80,13 @@ def start_mesh(tmp: Path, names: list[str] | None = None,
     return nodes, made
 
 
+def save(kind: str, data: dict) -> Path:
+    """benchmarks/results/<stamp>-large-<kind>.json (with the command, date and host)."""
+    return save_result(f"large-{kind}", data)
+
+
 def host_port(url: str) -> str:
     return url.split("://", 1)[1]
-
-
-def rss_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def save(kind: str, data: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{time.strftime('%Y%m%d-%H%M%S')}-large-{kind}.json"
-    data = {"command": " ".join(sys.argv), "when": time.strftime("%Y-%m-%d %H:%M:%S"), **data}
-    path.write_text(json.dumps(data, indent=2))
-    return path
 
 
 # ------------------------------------------------------------------------------------------------ repro
@@ -211,7 +200,7 @@ QDR_MESH4 = {n: f"amqp://127.0.0.1:{port}" for n, port in zip("ABCD", range(4570
 
 
 def cmd_hol(a: argparse.Namespace) -> int:
-    client = ensure_client(HARNESS)
+    client = ensure_client()
     if a.qdr:
         return _hol_report(a, [_hol_qdr(a, client, r) for r in range(a.rounds)], "qdrouterd")
     rounds = []

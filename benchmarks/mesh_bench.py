@@ -42,14 +42,11 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,327 +56,55 @@ for _path in (BENCH_DIR, BENCH_DIR.parent):  # node_bench.py is a sibling script
         sys.path.insert(0, str(_path))
 
 import node_bench as nb  # noqa: E402
-import rpc_bench  # noqa: E402
-import yaml  # noqa: E402
+from harness import mesh as hm  # noqa: E402
+from harness.loadgen import Client, clients, start_client  # noqa: E402,F401
+from harness.mesh import Mesh, running_mesh, shipped_settings  # noqa: E402,F401
+from harness.paths import HOST, REPO, BenchError  # noqa: E402,F401
+from harness.procs import free_ports  # noqa: E402,F401
+from harness.report import fmt  # noqa: E402
+from harness.sample import median as med  # noqa: E402
 from proton.handlers import MessagingHandler  # noqa: E402
 from proton.reactor import Container  # noqa: E402
 
-from router.meshctl import procs  # noqa: E402
-from router.meshctl.nodeconfig import write_node_configs  # noqa: E402
-from router.meshctl.probe import StateReader  # noqa: E402
-from router.meshctl.topology import Topology, parse_topology  # noqa: E402
+from router.meshctl.topology import Topology  # noqa: E402
 
-REPO = nb.REPO
-HOST = "127.0.0.1"
 SCENARIOS = ("chain", "four-node", "convergence", "reroute")
-TOPOLOGIES = REPO / "topologies"
 POLL = 0.002           # s between connection attempts while waiting for a port (convergence resolution)
-STATE_POLL = 0.025     # s between state requests while waiting for convergence (as `mesh up`)
 TARGETS = {"chain_msgs_per_s": 30000.0, "convergence_s": 0.5, "reroute_s": 0.1}
 
-Edge = tuple[str, str, int]  # (from, to, cost): `from` dials the inter-router listener of `to`
+Edge = hm.Edge
 
 
-class BenchError(nb.BenchError):
-    """A failure that ends the benchmark with a one-line message."""
+def _overrides(a: argparse.Namespace) -> dict[str, Any]:
+    """The topology settings the command line overrides."""
+    return {"hello_interval": a.hello_interval, "link_capacity": a.link_capacity, "telemetry": a.telemetry}
+
+
+def make_topology(name: str, nodes: Sequence[str], edges: Sequence[Edge], settings: dict[str, Any],
+                  a: argparse.Namespace) -> Topology:
+    """:func:`harness.mesh.make_topology` with --hello-interval, --link-capacity and --telemetry."""
+    return hm.make_topology(name, nodes, edges, settings, **_overrides(a))
+
+
+def chain_topology(a: argparse.Namespace) -> Topology:
+    return hm.chain_topology(**_overrides(a))
+
+
+def four_node_topology(a: argparse.Namespace) -> Topology:
+    return hm.four_node_topology(**_overrides(a))
+
+
+def diamond_topology(a: argparse.Namespace) -> Topology:
+    return hm.diamond_topology(**_overrides(a))
 
 
 # ------------------------------------------------------------------------------------------ topologies
 
 
-def free_ports(n: int) -> list[int]:
-    """n distinct TCP ports that were free a moment ago (all bound at once, so never the same twice)."""
-    return rpc_bench.free_ports(n)
-
-
-def shipped_settings(name: str) -> dict[str, Any]:
-    """The shared settings (address rules, timers) of topologies/<name>.yaml, if it exists."""
-    path = TOPOLOGIES / f"{name}.yaml"
-    if not path.exists():
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    return {k: v for k, v in data.items() if k not in ("name", "host", "nodes", "edges")}
-
-
-def make_topology(name: str, nodes: Sequence[str], edges: Sequence[Edge], settings: dict[str, Any],
-                  a: argparse.Namespace) -> Topology:
-    """A validated topology with fresh free ports; a node that is the target of an edge gets an
-    inter-router listener. --hello-interval and --link-capacity (if given) override the settings."""
-    targets = {to for _, to, _ in edges}
-    ports = iter(free_ports(len(nodes) + len(targets)))
-    settings = json.loads(json.dumps(settings))  # deep copy
-    if a.hello_interval is not None:
-        router = settings.setdefault("router", {})
-        router["hello_interval"] = a.hello_interval
-        router["hello_max_age"] = 3 * a.hello_interval
-    if a.link_capacity is not None:
-        settings["link_capacity"] = a.link_capacity
-    if a.telemetry is not None:
-        settings["telemetry"] = {"dir": str(a.telemetry)}
-    data: dict[str, Any] = {
-        "name": name,
-        "host": HOST,
-        "nodes": {n: {"client_port": next(ports),
-                      **({"inter_router_port": next(ports)} if n in targets else {})} for n in nodes},
-        "edges": [{"from": f, "to": t, "cost": c} for f, t, c in edges],
-        **settings,
-    }
-    return parse_topology(data, f"<mesh_bench {name}>")
-
-
-def chain_topology(a: argparse.Namespace) -> Topology:
-    """topologies/chain.yaml's shape: A - B - C, cost 1 (B dials A, C dials B)."""
-    return make_topology("chain", "ABC", [("B", "A", 1), ("C", "B", 1)], shipped_settings("chain"), a)
-
-
-def four_node_topology(a: argparse.Namespace) -> Topology:
-    """topologies/four-node.yaml's shape: every node linked to every other one, cost 1."""
-    edges = [("B", "A", 1), ("D", "C", 1), ("C", "A", 1), ("D", "B", 1), ("D", "A", 1), ("C", "B", 1)]
-    return make_topology("four-node", "ABCD", edges, shipped_settings("four-node"), a)
-
-
-def diamond_topology(a: argparse.Namespace) -> Topology:
-    """The reroute diamond: A-B 1, B-D 1, A-C 5, C-D 5, so A reaches D through B (cost 2, else 10)."""
-    edges = [("B", "A", 1), ("C", "A", 5), ("D", "B", 1), ("D", "C", 5)]
-    return make_topology("diamond", "ABCD", edges, shipped_settings("diamond"), a)
-
-
 # ---------------------------------------------------------------------------------------------- meshes
 
 
-@dataclass
-class Mesh:
-    """One running mesh: a node process per topology node, started as `meshrouter mesh up` does."""
-
-    topology: Topology
-    run_dir: Path
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    killed: set[str] = field(default_factory=set)
-    t_spawn: float = 0.0            # CLOCK_REALTIME (time.time()) just before the first spawn
-
-    def start(self) -> float:
-        """Write the node configs and spawn every node in topology order; return t_spawn."""
-        configs = write_node_configs(self.topology, self.run_dir)
-        self.t_spawn = time.time()
-        for node_id in self.topology.node_ids:
-            self.children[node_id] = procs.spawn(configs[node_id], self.stdout(node_id), self.stderr(node_id))
-        return self.t_spawn
-
-    def stdout(self, node_id: str) -> Path:
-        """The node's stdout file (listening/ready lines)."""
-        return self.run_dir / f"{node_id}.stdout"
-
-    def stderr(self, node_id: str) -> Path:
-        """The node's stderr file (its log, with the state lines)."""
-        return self.run_dir / f"{node_id}.stderr"
-
-    def url(self, node_id: str) -> str:
-        """amqp://HOST:PORT of the node's client listener."""
-        return self.topology.client_url(node_id)
-
-    def port(self, node_id: str) -> int:
-        """The node's client port."""
-        return self.topology.node(node_id).client_port
-
-    def pid(self, node_id: str) -> int:
-        """The node's process id."""
-        return self.children[node_id].pid
-
-    def pids(self) -> list[int]:
-        """Process ids of the nodes still meant to run (not killed on purpose)."""
-        return [p.pid for n, p in self.children.items() if n not in self.killed]
-
-    def check_alive(self) -> None:
-        """Raise if a node died that was not killed on purpose."""
-        for node_id, proc in self.children.items():
-            if node_id not in self.killed and proc.poll() is not None:
-                raise BenchError(f"node {node_id} exited with code {proc.returncode}:\n"
-                                 f"{nb.tail(self.stderr(node_id))}")
-
-    def alive(self) -> bool:
-        """True while every node not killed on purpose runs."""
-        return all(p.poll() is None for n, p in self.children.items() if n not in self.killed)
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait for every node's `ready:` line."""
-        deadline = time.monotonic() + timeout
-        while not all(procs.is_ready(self.stdout(n)) for n in self.children):
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"mesh {self.topology.name}: nodes not ready after {timeout:.0f} s")
-            time.sleep(0.01)
-
-    def wait_converged(self, timeout: float = 30.0, address: tuple[str, str] | None = None) -> float:
-        """Poll the nodes' state lines (SIGUSR1, as `mesh up`) until each reaches all others and, if
-        address=(addr, node) is given, every other node knows that node serves addr. Seconds waited."""
-        self.wait_ready(timeout)
-        t0 = time.monotonic()
-        readers = {n: StateReader(p.pid, self.stderr(n)) for n, p in self.children.items()}
-        ids = set(self.topology.node_ids)
-        while True:
-            for r in readers.values():
-                r.read()
-            if all(self._sees(n, r, ids, address) for n, r in readers.items()):
-                return time.monotonic() - t0
-            self.check_alive()
-            if time.monotonic() - t0 > timeout:
-                views = {n: r.mesh for n, r in readers.items()}
-                raise BenchError(f"mesh {self.topology.name} not converged after {timeout:.0f} s: {views}")
-            for r in readers.values():
-                r.request()
-            time.sleep(STATE_POLL)
-
-    @staticmethod
-    def _sees(node_id: str, reader: StateReader, ids: set[str], address: tuple[str, str] | None) -> bool:
-        if reader.state is None or set(reader.mesh.get("reachable") or ()) != ids - {node_id}:
-            return False
-        if address is None or address[1] == node_id:
-            return True
-        return address[1] in (reader.mesh.get("addresses") or {}).get(address[0], [])
-
-    def wait_route(self, node_id: str, dest: str, via: str, timeout: float = 10.0) -> float:
-        """Wait until node_id's next hop to dest is via: reachability can converge before the cheapest
-        path does (a far node is first learnt through whichever link state arrived first). Seconds waited."""
-        t0 = time.monotonic()
-        deadline = t0 + timeout
-        while True:
-            view = self.state(node_id)["mesh"]
-            if view["next_hops"].get(dest) == via:
-                return time.monotonic() - t0
-            if time.monotonic() > deadline:
-                raise BenchError(f"{node_id} does not route to {dest} through {via} after {timeout:.0f} s: "
-                                 f"{view}")
-            time.sleep(STATE_POLL)
-
-    def state(self, node_id: str, timeout: float = 3.0) -> dict[str, Any]:
-        """A fresh state line of one node."""
-        reader = StateReader(self.pid(node_id), self.stderr(node_id))
-        reader.skip_existing()
-        reader.request()
-        deadline = time.monotonic() + timeout
-        while not reader.read():
-            if time.monotonic() > deadline:
-                raise BenchError(f"node {node_id} wrote no state line in {timeout:.0f} s")
-            time.sleep(0.01)
-        assert reader.state is not None
-        return reader.state
-
-    def kill9(self, node_id: str) -> None:
-        """SIGKILL one node on purpose."""
-        self.killed.add(node_id)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid(node_id), signal.SIGKILL)
-
-    def stop(self) -> dict[str, int | None]:
-        """Stop every node (SIGTERM to its process group, SIGKILL after 10 s); node -> exit code."""
-        for proc in self.children.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + procs.STOP_TIMEOUT
-        for proc in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.0, deadline - time.monotonic()))
-        for proc in self.children.values():
-            if proc.poll() is None:
-                nb.kill_group(proc.pid)
-                proc.wait()
-        return {n: p.returncode for n, p in self.children.items()}
-
-
-@contextlib.contextmanager
-def running_mesh(topology: Topology, tmp: Path, keep: list[Path]) -> Iterator[Mesh]:
-    """A mesh in its own run directory under tmp, always stopped on the way out. A node that exited
-    non-zero on SIGTERM (other than the ones killed on purpose) is reported."""
-    run_dir = Path(tempfile.mkdtemp(prefix=f"{topology.name}-", dir=tmp))
-    mesh = Mesh(topology, run_dir)
-    try:
-        yield mesh
-    finally:
-        codes = mesh.stop()
-        bad = {n: c for n, c in codes.items() if c not in (0, None) and n not in mesh.killed}
-        if bad:
-            print(f"warning: mesh {topology.name}: nodes exited with {bad}; logs in {run_dir}", flush=True)
-            keep.append(run_dir)
-
-
 # ----------------------------------------------------------------------------------------- amqpbench
-
-
-@dataclass
-class Client:
-    """One amqpbench process (own session, so its whole group can be killed)."""
-
-    name: str
-    proc: subprocess.Popen[str]
-
-    def wait_ready(self, timeout: float) -> None:
-        """Wait for its READY line (receivers: link attached)."""
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise BenchError(f"{self.name} exited before READY: {self.stderr_text()}")
-            if line.strip() == "READY":
-                return
-        raise BenchError(f"{self.name}: no READY after {timeout:.0f} s")
-
-    def stderr_text(self) -> str:
-        """What it wrote on stderr (after it exited)."""
-        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
-            return (self.proc.communicate(timeout=2)[1] or "").strip()[-500:]
-        return ""
-
-    def result(self, timeout: float) -> dict[str, Any]:
-        """Its JSON result line; after timeout it is asked to stop (SIGTERM: it prints what it has)."""
-        timed_out = False
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                out, err = self.proc.communicate(timeout=5)
-            except subprocess.TimeoutExpired:
-                nb.kill_group(self.proc.pid)
-                out, err = self.proc.communicate()
-        lines = [x for x in (out or "").splitlines() if x.startswith("{")]
-        if not lines:
-            raise BenchError(f"{self.name}: no result (rc={self.proc.returncode}): "
-                             f"{(err or '').strip()[-500:]}")
-        r: dict[str, Any] = json.loads(lines[-1])
-        r["rc"], r["timed_out"] = self.proc.returncode, timed_out
-        if (err or "").strip():
-            r["stderr"] = err.strip()[-300:]
-        return r
-
-    def stop(self) -> None:
-        """Kill it and its group if it still runs."""
-        if self.proc.poll() is None:
-            nb.kill_group(self.proc.pid)
-        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
-            self.proc.communicate(timeout=2)
-
-
-def start_client(binary: Path, mode: str, url: str, args: list[str], name: str) -> Client:
-    """Start `amqpbench MODE --url URL ARGS...`."""
-    cmd = [str(binary), mode, "--url", url, *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, start_new_session=True)
-    return Client(name, proc)
-
-
-@contextlib.contextmanager
-def clients() -> Iterator[list[Client]]:
-    """A list to put clients in; every one still running is killed on the way out."""
-    made: list[Client] = []
-    try:
-        yield made
-    finally:
-        for c in made:
-            c.stop()
 
 
 def wait_port(port: int, deadline: float, mesh: Mesh) -> float:
@@ -399,21 +124,10 @@ def wait_port(port: int, deadline: float, mesh: Mesh) -> float:
 # ------------------------------------------------------------------------------------------ statistics
 
 
-def med(values: Sequence[float | None]) -> float | None:
-    """Median of the values that are not None."""
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
 def spread(values: Sequence[float | None], spec: str) -> str:
     """'min–max' of the values that are not None."""
     vals = [v for v in values if v is not None]
     return f"{format(min(vals), spec)}–{format(max(vals), spec)}" if vals else "–"
-
-
-def fmt(v: float | None, spec: str) -> str:
-    """A number for the tables, '–' when absent."""
-    return "–" if v is None else format(v, spec)
 
 
 def node_cpu(run: dict[str, Any], names: dict[str, str], messages: int) -> dict[str, dict[str, float | None]]:

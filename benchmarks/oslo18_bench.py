@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,10 @@ import time
 import warnings
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.procs import free_port  # noqa: E402
+from harness.sample import nearest_rank  # noqa: E402
+
 warnings.simplefilter("ignore")
 
 RABBIT = "rabbit://guest:guest@127.0.0.1:5672/"
@@ -36,12 +39,6 @@ RULES = [{"prefix": "openstack.org/om/rpc/multicast", "distribution": "multicast
          {"prefix": "openstack.org/om/rpc/unicast", "distribution": "closest"},
          {"prefix": "openstack.org/om/rpc/anycast", "distribution": "balanced"},
          {"prefix": "openstack.org/om/notify", "distribution": "balanced"}]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Nodes:
@@ -141,8 +138,8 @@ def serve(url: str, topic: str) -> int:
 
 
 def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
+    """Nearest-rank percentile, q in 0..1."""
+    return nearest_rank(values, 100 * q)
 
 
 def measure(server_url: str, client_url: str, topic: str, args) -> dict[str, float]:

@@ -280,7 +280,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3,
                    help="rounds; every target runs once per round (default 3)")
     p.add_argument("--rpc-workers", type=int, default=8, help="router.rpc RpcServer workers (default 8)")
-    p.add_argument("--rabbit-url", default=RABBIT_URL, help=f"RabbitMQ (default {RABBIT_URL})")
+    p.add_argument("--rabbit-url", default=RABBIT_URL, help="RabbitMQ (default %(default)s)")
     p.add_argument("--json", type=Path, help="also write every run's results to this file")
     p.add_argument("--oslo-serve", metavar="URL", help=argparse.SUPPRESS)
     p.add_argument("--rabbit-serve", metavar="URL", help=argparse.SUPPRESS)

@@ -44,7 +44,7 @@ for _path in (BENCH_DIR, BENCH_DIR.parent):
 
 import mesh_bench as mb  # noqa: E402
 import node_bench as nb  # noqa: E402
-from code_ab import extract  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 QDR_DIR = Path("/work/shared/bench/qdr")
 RESULTS_DIR = BENCH_DIR / "results"

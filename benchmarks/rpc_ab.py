@@ -2,10 +2,10 @@
 """router.rpc latency and throughput before (a git revision) and after (the working tree), alternated.
 
 Each round runs ``benchmarks/rpc_bench.py --repeat 1`` once with the tree of ``--base`` (extracted with
-``git archive``; the working tree's rpc_bench.py is copied into it, so both sides run the same benchmark)
-and once with the working tree, each with ``PYTHONPATH`` on its own tree, so both sides see the same
-load. Prints each run's line and a table of medians over the rounds, with every round's p50; writes
-benchmarks/results/<time>-rpc-ab.json.
+``git archive``; the working tree's rpc_bench.py and harness/ are copied into it, so both sides run the
+same benchmark) and once with the working tree, each with ``PYTHONPATH`` on its own tree, so both sides
+see the same load. Prints each run's line and a table of medians over the rounds, with every round's
+p50; writes benchmarks/results/<time>-rpc-ab.json.
 
     .venv/bin/python benchmarks/rpc_ab.py --base 6c7760a --rounds 4 --scenarios one-node,four-node
 """
@@ -28,7 +28,7 @@ REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 
 def one_run(tree: Path, a: argparse.Namespace, out: Path) -> list[dict]:
@@ -56,6 +56,8 @@ def main() -> int:
         base = extract(a.base, tmp / "base")
         # the same benchmark on both sides (it uses router.rpc's public API only): this tree's rpc_bench.py
         shutil.copy(BENCH_DIR / "rpc_bench.py", base / "benchmarks" / "rpc_bench.py")
+        shutil.copytree(BENCH_DIR / "harness", base / "benchmarks" / "harness", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
         for i in range(a.rounds):
             for label, tree in (("before", base), ("after", REPO)):
                 loads.append(os.getloadavg()[0])

@@ -35,168 +35,35 @@ import contextlib
 import json
 import os
 import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-from router.meshctl import procs  # noqa: E402
-from router.meshctl.nodeconfig import write_node_configs  # noqa: E402
-from router.meshctl.probe import StateReader  # noqa: E402
-from router.meshctl.topology import Topology, parse_topology  # noqa: E402
+from harness import mesh as hm  # noqa: E402
+from harness.paths import BenchError  # noqa: E402,F401 (oslo_bench imports it from here)
+from harness.report import fmt  # noqa: E402
+from harness.sample import cpu_seconds  # noqa: E402
+from harness.sample import median as med  # noqa: E402
+from harness.sample import nearest_rank as percentile  # noqa: E402
+
 from router.rpc import RpcClient, RpcServer  # noqa: E402
 
-HOST = "127.0.0.1"
 ADDRESS = "openstack.org/om/rpc/anycast/bench/echo"
 SCENARIOS = {"one-node": ("A", "A"), "four-node": ("B", "C")}    # scenario -> (server node, caller node)
-FOUR_NODE_EDGES = [("B", "A"), ("D", "C"), ("C", "A"), ("D", "B"), ("D", "A"), ("C", "B")]
 BODY = "x" * 64
 
 
-class BenchError(Exception):
-    """A failure that ends the benchmark with a one-line message."""
-
-
 # ---------------------------------------------------------------------------------------------- meshes
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct TCP ports that were free a moment ago."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((HOST, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def shipped_settings() -> dict[str, Any]:
-    """Address rules (and other shared settings) of topologies/four-node.yaml."""
-    import yaml
-
-    data = yaml.safe_load((REPO / "topologies" / "four-node.yaml").read_text()) or {}
-    return {k: v for k, v in data.items() if k not in ("name", "host", "nodes", "edges")}
-
-
-def topology(scenario: str) -> Topology:
-    """The scenario's topology on free ports."""
-    if scenario == "one-node":
-        nodes, edges = ["A"], []
-    else:
-        nodes, edges = ["A", "B", "C", "D"], FOUR_NODE_EDGES
-    targets = {to for _, to in edges}
-    ports = iter(free_ports(len(nodes) + len(targets)))
-    data = {
-        "name": scenario,
-        "host": HOST,
-        "nodes": {n: {"client_port": next(ports),
-                      **({"inter_router_port": next(ports)} if n in targets else {})} for n in nodes},
-        "edges": [{"from": f, "to": t, "cost": 1} for f, t in edges],
-        **shipped_settings(),
-    }
-    return parse_topology(data, f"<rpc_bench {scenario}>")
-
-
-@dataclass
-class Mesh:
-    """Running node processes of one topology."""
-
-    topo: Topology
-    run_dir: Path
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def start(self, timeout: float = 30.0) -> None:
-        configs = write_node_configs(self.topo, self.run_dir)
-        for node_id in self.topo.node_ids:
-            self.children[node_id] = procs.spawn(configs[node_id], self._out(node_id), self._err(node_id))
-        deadline = time.monotonic() + timeout
-        while not all(procs.is_ready(self._out(n)) for n in self.children):
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"{self.topo.name}: nodes not ready after {timeout:.0f} s")
-            time.sleep(0.02)
-        self._converge(deadline)
-
-    def _converge(self, deadline: float) -> None:
-        ids = set(self.topo.node_ids)
-        readers = {n: StateReader(p.pid, self._err(n)) for n, p in self.children.items()}
-        while True:
-            for r in readers.values():
-                r.read()
-            if all(r.state is not None and set(r.mesh.get("reachable") or ()) == ids - {n}
-                   for n, r in readers.items()):
-                return
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"{self.topo.name}: not converged")
-            for r in readers.values():
-                r.request()
-            time.sleep(0.05)
-
-    def _out(self, node_id: str) -> Path:
-        return self.run_dir / f"{node_id}.stdout"
-
-    def _err(self, node_id: str) -> Path:
-        return self.run_dir / f"{node_id}.stderr"
-
-    def url(self, node_id: str) -> str:
-        return self.topo.client_url(node_id)
-
-    def check_alive(self) -> None:
-        for node_id, proc in self.children.items():
-            if proc.poll() is not None:
-                tail = "\n".join(self._err(node_id).read_text(errors="replace").splitlines()[-15:])
-                raise BenchError(f"node {node_id} exited with code {proc.returncode}:\n{tail}")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU time of every node so far."""
-        return sum(cpu_seconds(p.pid) for p in self.children.values())
-
-    def stop(self) -> None:
-        for proc in self.children.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + procs.STOP_TIMEOUT
-        for proc in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.contextmanager
-def running(scenario: str, tmp: Path) -> Iterator[Mesh]:
-    mesh = Mesh(topology(scenario), Path(tempfile.mkdtemp(prefix=f"{scenario}-", dir=tmp)))
-    try:
-        mesh.start()
-        yield mesh
-    finally:
-        mesh.stop()
 
 
 # ---------------------------------------------------------------------------------------------- server
@@ -251,10 +118,15 @@ def server_process(url: str, workers: int):
 # ---------------------------------------------------------------------------------------------- measuring
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    k = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[k]
+@contextlib.contextmanager
+def running(scenario: str, tmp: Path) -> Iterator[hm.Mesh]:
+    """The scenario's nodes (one node, or the four-node full mesh; topologies/four-node.yaml's settings)
+    on free ports, converged; stopped on the way out."""
+    topo = hm.single_topology() if scenario == "one-node" else hm.four_node_topology()
+    with hm.running_mesh(topo, tmp) as mesh:
+        mesh.start()
+        mesh.wait_converged(30)
+        yield mesh
 
 
 def run_calls(call: Callable[[int], object], calls: int, threads: int) -> dict[str, Any]:
@@ -315,15 +187,6 @@ def measure(scenario: str, a: argparse.Namespace, tmp: Path) -> list[dict[str, A
                 print(f"  {scenario} {mode:10s} {r['calls']} calls: {r['calls_per_s']:.0f} calls/s, "
                       f"p50 {r['p50_us']:.0f} µs, p99 {r['p99_us']:.0f} µs, errors {r['errors']}", flush=True)
     return results
-
-
-def med(values: list[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.median(vals) if vals else None
-
-
-def fmt(v: float | None, spec: str = ".0f") -> str:
-    return "–" if v is None else format(v, spec)
 
 
 def table(runs: list[dict[str, Any]], a: argparse.Namespace) -> str:

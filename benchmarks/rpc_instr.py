@@ -33,7 +33,7 @@ RESULTS_DIR = BENCH_DIR / "results"
 sys.path.insert(0, str(BENCH_DIR))
 sys.path.insert(0, str(REPO))
 
-from code_ab import extract  # noqa: E402
+from harness.trees import extract  # noqa: E402
 from rpc_bench import ADDRESS, BODY, running  # noqa: E402
 
 HELPER = '''

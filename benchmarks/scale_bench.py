@@ -33,9 +33,7 @@ import argparse
 import contextlib
 import json
 import multiprocessing
-import os
 import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -48,17 +46,20 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
-import yaml  # noqa: E402
+from harness import mesh as hm  # noqa: E402
+from harness.paths import BenchError  # noqa: E402
+from harness.sample import cpu_seconds as _cpu  # noqa: E402
+from harness.sample import rss_bytes as rss  # noqa: E402
 
 from router.amqp.codec import Described  # noqa: E402
 from router.amqp.encode import UInt, ULong, encode_value  # noqa: E402
 from router.rpc import RpcClient, RpcServer  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
-TOPOLOGY = REPO / "topologies" / "four-node.yaml"
 ECHO = "openstack.org/om/rpc/anycast/scale/echo"
 ECHO_A = "openstack.org/om/rpc/anycast/scale/echo-a"
 STORM = "balanced/storm/"
@@ -124,102 +125,57 @@ class Drain(threading.Thread):
 # ------------------------------------------------------------------------------------------------ nodes
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
 @dataclass
 class Node:
+    """One node of the mesh, as the measurements use it."""
+
     node_id: str
-    proc: subprocess.Popen
-    url: str
-    port: int
-    stderr: Path
-    _offset: int = 0
+    mesh: hm.Mesh
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        return self.mesh.children[self.node_id]
+
+    @property
+    def url(self) -> str:
+        return self.mesh.url(self.node_id)
+
+    @property
+    def port(self) -> int:
+        return self.mesh.port(self.node_id)
+
+    @property
+    def stderr(self) -> Path:
+        return self.mesh.stderr(self.node_id)
 
     def state(self, timeout: float = 2.0) -> dict[str, Any] | None:
-        """A fresh SIGUSR1 state line."""
-        with contextlib.suppress(OSError):
-            self._offset = self.stderr.stat().st_size
-        os.kill(self.proc.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with open(self.stderr, "rb") as f:
-                f.seek(self._offset)
-                lines = [ln for ln in f.read().splitlines() if b" state {" in ln]
-            for ln in reversed(lines):
-                with contextlib.suppress(ValueError):
-                    return json.loads(ln.split(b" state ", 1)[1])
-            time.sleep(0.01)
-        return None
+        """A fresh SIGUSR1 state line (None if none came in time)."""
+        try:
+            return self.mesh.state(self.node_id, timeout)
+        except BenchError:
+            return None
 
 
 @dataclass
 class Mesh:
+    """topologies/four-node.yaml's mesh on free ports, default timers, ``idle_timeout: 0``."""
+
     run_dir: Path
     nodes: dict[str, Node] = field(default_factory=dict)
 
     def start(self) -> None:
-        topo = yaml.safe_load(TOPOLOGY.read_text())
-        names = list(topo["nodes"])
-        edges = [(e["from"], e["to"], e["cost"]) for e in topo["edges"]]
-        ports = iter(free_ports(2 * len(names)))
-        client_port = {n: next(ports) for n in names}
-        ir_port = {n: next(ports) for n in names}
-        order: list[str] = []
-        while len(order) < len(names):
-            order += [n for n in names if n not in order and all(t in order for f, t, _ in edges if f == n)]
-        for n in order:
-            cfg = {
-                "node": {"id": n, "link_capacity": 250, "idle_timeout": 0, "log_level": "info"},
-                "listeners": [{"host": "127.0.0.1", "port": client_port[n], "role": "normal"},
-                              {"host": "127.0.0.1", "port": ir_port[n], "role": "inter-router", "cost": 1}],
-                "connectors": [{"host": "127.0.0.1", "port": ir_port[t], "cost": c}
-                               for f, t, c in edges if f == n],
-                "addresses": topo["addresses"],
-            }
-            path = self.run_dir / f"{n}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            out, err = self.run_dir / f"{n}.stdout", self.run_dir / f"{n}.stderr"
-            with open(out, "wb") as o, open(err, "wb") as e:
-                proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], stdout=o,
-                                        stderr=e, stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
-            self.nodes[n] = Node(n, proc, f"amqp://127.0.0.1:{client_port[n]}", client_port[n], err)
-            deadline = time.monotonic() + 20
-            while f"ready: node={n}" not in out.read_text():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"scale_bench: node {n} did not start: {err.read_text()[-2000:]}")
-                time.sleep(0.05)
+        settings = {**hm.shipped_settings("four-node"), "idle_timeout": 0, "link_capacity": 250,
+                    "log_level": "info"}
+        self.mesh = hm.Mesh(hm.make_topology("scale", "ABCD", hm.FOUR_NODE_EDGES, settings), self.run_dir)
+        self.mesh.start()
+        self.mesh.wait_ready(20)
+        self.nodes = {n: Node(n, self.mesh) for n in self.mesh.topology.node_ids}
 
     def losses(self) -> dict[str, list[str]]:
         return {n: LOST.findall(node.stderr.read_text(errors="replace")) for n, node in self.nodes.items()}
 
     def stop(self) -> None:
-        for n in self.nodes.values():
-            if n.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(n.proc.pid, signal.SIGTERM)
-        for n in self.nodes.values():
-            try:
-                n.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(n.proc.pid, signal.SIGKILL)
-                n.proc.wait(5)
+        self.mesh.stop()
 
 
 # ----------------------------------------------------------------------------------------------- canary
@@ -427,11 +383,6 @@ def connections(mesh: Mesh, total: int) -> dict[str, Any]:
         s.close()
     return {"per_node": per, "rss_per_connection_kib": {n: (after[n] - before[n]) / per / KIB for n in after},
             "idle_cpu_share": idle_cpu}
-
-
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rounds(mesh: Mesh, count: int) -> dict[str, Any]:

@@ -44,10 +44,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import yaml  # noqa: E402
+from harness.paths import BenchError  # noqa: E402
+from harness.procs import free_ports, start_node  # noqa: E402
+from harness.sample import rss_bytes as rss  # noqa: E402
 
 from router.rpc import RpcClient, RpcServer  # noqa: E402
 from router.rpc.notify import NotificationListener  # noqa: E402
@@ -61,25 +65,6 @@ MIB = 1024 * 1024
 
 
 # ------------------------------------------------------------------------------------------------ nodes
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 @dataclass
@@ -126,17 +111,11 @@ class Mesh:
                                    "confirm_window": 250, "addresses": [bridged]}]
             path = self.run_dir / f"{n}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            out, err = self.run_dir / f"{n}.stdout", self.run_dir / f"{n}.stderr"
-            with open(out, "wb") as o, open(err, "wb") as e:
-                proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path)], stdout=o,
-                                        stderr=e, stdin=subprocess.DEVNULL, cwd=REPO,
-                                        start_new_session=True)
-            self.nodes[n] = Node(n, proc, f"amqp://127.0.0.1:{client_port[n]}", err)
-            deadline = time.monotonic() + 20
-            while f"ready: node={n}" not in out.read_text():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"soak: node {n} did not start: {err.read_text()[-2000:]}")
-                time.sleep(0.05)
+            try:
+                node = start_node(path, self.run_dir, n, 20)
+            except BenchError as exc:
+                raise SystemExit(f"soak: {exc}") from None
+            self.nodes[n] = Node(n, node.proc, node.url, node.stderr_log)
 
     def check(self) -> None:
         for n in self.nodes.values():

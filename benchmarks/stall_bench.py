@@ -42,11 +42,13 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
-from node_bench import DEFAULT_HARNESS, ensure_client, free_port  # noqa: E402
+from harness.loadgen import ensure_client  # noqa: E402
+from harness.paths import RESULTS_DIR, BenchError  # noqa: E402
+from harness.paths import SHARED_HARNESS as DEFAULT_HARNESS  # noqa: E402
+from harness.procs import free_port, start_node  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 REPO = BENCH_DIR.parent
-RESULTS_DIR = BENCH_DIR / "results"
 PATHS = ("node", "chain", "mesh", "direct")
 ORDERS = ("receiver-first", "sender-first")
 ADDRESS = "closest/stall"
@@ -74,17 +76,12 @@ class Nodes:
                    "addresses": {"rules": [{"prefix": "closest", "distribution": "closest"}]}}
             path_cfg = tmp / f"{n}.yaml"
             path_cfg.write_text(yaml.safe_dump(cfg))
-            log = tmp / f"{n}.out"
-            proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(path_cfg)], cwd=tree,
-                                    env={**os.environ, "PYTHONPATH": str(tree)}, stdout=open(log, "w"),
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs.append(proc)
-            deadline = time.monotonic() + 30
-            while "ready: node=" not in log.read_text(errors="replace"):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise SystemExit(f"node {n} did not start:\n{log.read_text()[-2000:]}")
-                time.sleep(0.05)
+            try:
+                node = start_node(path_cfg, tmp, n, 30, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree)
+            except BenchError as exc:
+                self.stop()
+                raise SystemExit(str(exc)) from None
+            self.procs.append(node.proc)
         if edges:
             time.sleep(2.0)             # converged (HELLO every second by default): not part of the measure
 

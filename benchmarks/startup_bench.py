@@ -33,8 +33,10 @@ import yaml
 BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from code_ab import extract  # noqa: E402
-from node_bench import free_port  # noqa: E402
+from harness.procs import free_port  # noqa: E402
+from harness.report import markdown_table, save_result  # noqa: E402
+from harness.sample import cpu_seconds  # noqa: E402
+from harness.trees import extract  # noqa: E402
 
 REPO = BENCH_DIR.parent
 HEADER = b"AMQP\x00\x01\x00\x00"
@@ -68,12 +70,6 @@ def answers_open(port: int, deadline: float) -> float:
                     if b"\x00\x53\x10" not in data[8:8 + size]:
                         raise SystemExit(f"the node's first frame is not an Open: {data[8:8 + size]!r}")
                     return time.monotonic()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU the process has used so far (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def one_run(tree: Path, entry: str, tmp: Path) -> tuple[float, float]:
@@ -133,6 +129,16 @@ def main() -> int:
           f"min {min(opened) * 1e3:.1f}, max {max(opened) * 1e3:.1f} over {a.runs} runs; "
           f"CPU median {statistics.median(cpu) * 1e3:.0f} ms; "
           f"load {min(loads):.2f}-{max(loads):.2f}")
+    print()
+    print(markdown_table(
+        ["start-up", "runs", "exec -> Open answered, median ms", "min–max ms", "node CPU by then, median ms",
+         "load"],
+        [[f"`{a.entry}` ({compiled})", a.runs, f"{statistics.median(opened) * 1e3:.0f}",
+          f"{min(opened) * 1e3:.0f}–{max(opened) * 1e3:.0f}", f"{statistics.median(cpu) * 1e3:.0f}",
+          f"{min(loads):.1f}–{max(loads):.1f}"]]))
+    path = save_result("startup", {"entry": a.entry, "base": a.base, "compiled": not a.no_compile,
+                                   "open_s": opened, "cpu_s": cpu, "load": loads})
+    print(f"\nResults: {path.relative_to(REPO)}")
     return 0
 
 

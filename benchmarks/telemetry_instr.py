@@ -23,39 +23,20 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
-from gateway_bench import run_amqpbench  # noqa: E402
-from node_bench import free_port  # noqa: E402
+from harness.loadgen import run_amqpbench  # noqa: E402
+from harness.procs import free_port, peer_node_config, wait_ready_line  # noqa: E402
 
 AMQPBENCH = BENCH_DIR / "build" / "amqpbench"
 
 
 def config(tmp: Path, node: str, client: int, inter: int | None, dial: int | None, tel: bool) -> Path:
-    data: dict = {"node": {"id": node},
-                  "listeners": [{"host": "127.0.0.1", "port": client, "role": "normal"}],
-                  "router": {"hello_interval": 0.5, "hello_max_age": 1.5, "ra_interval_flux": 1.0}}
-    if inter is not None:
-        data["listeners"].append({"host": "127.0.0.1", "port": inter, "role": "inter-router"})
-    if dial is not None:
-        data["connectors"] = [{"host": "127.0.0.1", "port": dial}]
-    if tel:
-        data["telemetry"] = {"dir": str(tmp / "telemetry")}
-    path = tmp / f"{node}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def wait_ready(proc: subprocess.Popen, log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while "ready: node=" not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"node did not start:\n{log.read_text()[-2000:]}")
-        time.sleep(0.1)
+    """The node's config; ``tel``: with telemetry into tmp/telemetry."""
+    extra = {"telemetry": {"dir": str(tmp / "telemetry")}} if tel else None
+    return peer_node_config(tmp, node, client, inter, [] if dial is None else [dial], extra)
 
 
 def one_round(tel: bool, a: argparse.Namespace) -> float:
@@ -73,8 +54,8 @@ def one_round(tel: bool, a: argparse.Namespace) -> float:
                                   cwd=REPO, stdout=open(tmp / "B.out", "w"), stderr=subprocess.STDOUT)
         recv = None
         try:
-            wait_ready(node_a, tmp / "A.out", 30)
-            wait_ready(node_b, tmp / "B.out", 180)
+            wait_ready_line(node_a, tmp / "A.out", 30)
+            wait_ready_line(node_b, tmp / "B.out", 180)
             src, dst = (pa, pb) if a.direction == "a-to-b" else (pb, pa)
             address = "balanced/instr"
             recv = subprocess.Popen([str(AMQPBENCH), "recv", "--url", f"amqp://127.0.0.1:{dst}", "--addr",

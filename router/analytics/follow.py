@@ -26,12 +26,15 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from router.analytics.inputs import PARQUET_SUFFIX, parquet_problem
+from router.analytics.questions import is_internal
 from router.analytics.schema import RECORD_SCHEMA, SETTLING_OUTCOMES
 from router.analytics.session import get_session
 
 OUTCOMES = ("accepted", "rejected", "released", "modified", "presettled", "dropped")
 COLUMNS = ("address", "messages", "msg/s", "bytes", *OUTCOMES, "p50_ms", "p90_ms", "p99_ms")
 CONSOLE_ROWS = 20  # busiest addresses on the console; live.html has them all
+ADDRESS_WIDTH = 32  # the console's address column: longer addresses are cut (with "…"), shorter padded
+NUMBER_WIDTH = 13
 
 
 class Stager(threading.Thread):
@@ -100,13 +103,17 @@ class View:
 
     def show(self, batch: DataFrame, batch_id: int) -> None:
         """foreachBatch: the whole aggregate (complete mode) of this refresh."""
-        rows = self.rows(batch)
+        every = self.rows(batch)
+        rows = [r for r in every if not is_internal(r["address"])]
+        internal = [r for r in every if is_internal(r["address"])]
         self.refreshes += 1
         stamp = time.strftime("%H:%M:%S", time.gmtime())
         lines = [f"-- {stamp} UTC refresh {self.refreshes} (batch {batch_id}): {len(rows)} addresses",
-                 f"{COLUMNS[0]:<24}" + "".join(f"{c:>13}" for c in COLUMNS[1:])]
-        lines += [f"{_fmt(r[COLUMNS[0]]):<24}" + "".join(f"{_fmt(r[c]):>13}" for c in COLUMNS[1:])
-                  for r in rows[:CONSOLE_ROWS]]
+                 console_line({c: c for c in COLUMNS})]
+        lines += [console_line(r) for r in rows[:CONSOLE_ROWS]]
+        if internal:
+            lines.append(f"   (and {len(internal)} internal addresses, management and its replies: "
+                         f"{sum(r['messages'] for r in internal):,} records)")
         print("\n".join(lines), file=self.stream, flush=True)
         cells = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(r[c]))}</td>" for c in COLUMNS) + "</tr>"
                         for r in rows)
@@ -119,6 +126,19 @@ class View:
             + "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS) + f"</tr>{cells}</table></body></html>",
             encoding="utf-8")
         tmp.replace(self.page)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` in exactly ``width`` characters: padded, or cut with "…" as its last character."""
+    return text.ljust(width) if len(text) <= width else text[:width - 1] + "…"
+
+
+def console_line(row: Mapping[str, object]) -> str:
+    """One console row of COLUMNS: the address left-aligned in ADDRESS_WIDTH, then each number after a
+    space, right-aligned in NUMBER_WIDTH - 1."""
+    first = row[COLUMNS[0]]
+    return (cut(first if isinstance(first, str) else _fmt(first), ADDRESS_WIDTH)
+            + "".join(f" {_fmt(row[c]):>{NUMBER_WIDTH - 1}}" for c in COLUMNS[1:]))
 
 
 def _fmt(v: object) -> str:

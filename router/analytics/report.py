@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from router.analytics import plots
+from router.analytics.questions import external
 from router.analytics.result import Result
 
 SHOW_ROWS = 25  # rows of a table shown in the page; the Parquet tables hold all of them
@@ -115,6 +116,16 @@ def _summary_rows(s: dict, outcome_totals: dict[str, int]) -> list[dict]:
 
 DEFINITIONS = """
 <ul>
+<li><b>What is counted</b>: every node a delivery crosses writes one record of it, so the per-node and
+ per-link tables, <i>Outcomes</i>, <i>Settlement latency</i> and <i>Hops per node</i> count a message once per
+ node on its path (200 messages across a chain of three nodes: 600 records). <i>Top addresses by
+ volume</i> and <i>Producers</i> count each message once, at its ingress (the node where it entered the
+ mesh); <i>Consumers</i>, per-address hops and ingress&nbsp;&rarr;&nbsp;egress traffic once per copy
+ delivered, at the egress.</li>
+<li><b>Internal addresses</b>: the mesh's management traffic (<code>$management</code>,
+ <code>_topo/0/<i>node</i>/$management</code> and the replies to <code>_topo/0/<i>node</i>/temp.*</code>) is
+ left out of the per-address tables and counted on one line under <i>Questions</i>; the Parquet tables
+ keep it.</li>
 <li><b>Throughput</b>: deliveries whose settlement fell in each whole second (UTC epoch).</li>
 <li><b>Settlement latency</b>: <code>settled - arrival</code> at the node that wrote the record, over
  accepted, rejected, released and modified deliveries (pre-settled and dropped ones have none).
@@ -147,10 +158,14 @@ def _questions(q: dict, start: float) -> list[str]:
         return []
     split = q.get("windows_split_at")
     util = q.get("link_utilisation", {"bucket_s": 1, "links": []})
+    internal = q.get("internal", {"addresses": 0, "messages": 0})
     return [
         "<h2 id='questions'>Questions</h2>",
-        "<h3>Top addresses by volume</h3>",
-        table(q["top_addresses_by_volume"], ["address", "messages"], "outcomes_address"),
+        f"<p class='note' id='internal'>Left out of the per-address tables: {internal['addresses']:,} "
+        f"internal addresses (management and its replies), {internal['messages']:,} messages at their "
+        "ingress.</p>",
+        "<h3>Top addresses by volume (each message once, at its ingress)</h3>",
+        table(q["top_addresses_by_volume"], ["address", "messages"], "top_producers"),
         "<h3>Top addresses by latency (p99)</h3>",
         table(q["top_addresses_by_latency"], ["address", "deliveries", "p50_ms", "p99_ms", "max_ms"],
               "latency_address"),
@@ -185,13 +200,13 @@ def render(result: Result) -> str:
     lat_cols = ["deliveries", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "max_ms"]
     outcome_order = tuple(plots.OUTCOME_COLOURS)
     outcome_pivot, outcome_cols = _pivot(data["outcomes_node"], "node", "outcome", "messages", outcome_order)
-    address_pivot, address_cols = _pivot(data["outcomes_address"], "address", "outcome", "messages",
-                                         outcome_order)
+    address_pivot, address_cols = _pivot(external(data["outcomes_address"]), "address", "outcome",
+                                         "messages", outcome_order)
     hop_order = tuple(str(h) for h in sorted({r["hops"] for r in data["hops_node"]}))
     hop_pivot, hop_cols = _pivot(data["hops_node"], "node", "hops", "messages", hop_order)
     problems = [{"file": b["file"], "problem": b["problem"], "count": None} for b in s["bad_files"]]
     problems += data["input_problems"]
-    busiest_addresses = sorted(data["latency_address"], key=lambda r: -r["deliveries"])
+    busiest_addresses = sorted(external(data["latency_address"]), key=lambda r: -r["deliveries"])
     warn = ""
     if any(s["skipped"].values()):
         what = ", ".join(f"{n:,} {label}" for label, n in s["skipped"].items() if n)
@@ -222,17 +237,19 @@ def render(result: Result) -> str:
         "<h3>Per node (hops so far, every record at the node)</h3>", table(hop_pivot, hop_cols),
         "<h2 id='producers'>Top producers and consumers</h2>",
         "<h3>Producers (deliveries entering the mesh)</h3>",
-        table(data["top_producers"], ["node", "in_link", "address", "messages", "bytes"],
+        table(external(data["top_producers"]), ["node", "in_link", "address", "messages", "bytes"],
               "top_producers", 15),
         "<h3>Consumers (deliveries leaving the mesh)</h3>",
-        table(data["top_consumers"], ["node", "out_link", "address", "messages", "accepted", "bytes"],
+        table(external(data["top_consumers"]),
+              ["node", "out_link", "address", "messages", "accepted", "bytes"],
               "top_consumers", 15),
         "<h2 id='starvation'>Credit starvation</h2>",
         "<h3>Per address</h3>",
-        table(data["starvation_address"], ["address", "links", "intervals", "open_intervals", "starved_s"],
+        table(external(data["starvation_address"]),
+              ["address", "links", "intervals", "open_intervals", "starved_s"],
               "starvation_address"),
         "<h3>Per link</h3>",
-        table(data["starvation_link"],
+        table(external(data["starvation_link"]),
               ["node", "link", "address", "intervals", "open_intervals", "starved_s"], "starvation_link"),
         "<h2 id='mesh'>Mesh: ingress &rarr; egress</h2>",
         image(plots.pairs(data["pair_traffic"]), "Ingress to egress traffic"),

@@ -10,15 +10,13 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-import yaml
-
 from router.config.brokers import check_brokers
 from router.config.checks import first_duplicate
 from router.config.keys import Invalid, layout, read, type_name
 from router.config.model import ConnectorConfig, ListenerConfig, NodeConfig
 from router.config.policy import check_policy
 from router.config.secure import Files, one_sasldb, secure_connector, secure_listener
-from router.config.yamlfile import load_yaml
+from router.config.yamlfile import read_yaml_file
 
 
 class ConfigError(Exception):
@@ -42,17 +40,7 @@ def load_config(path: str | os.PathLike[str]) -> NodeConfig:
 def load_config_data(path: str | os.PathLike[str]) -> tuple[object, NodeConfig]:
     """:func:`load_config`, with the YAML data it was built from (what management writes edit)."""
     source = os.fsdecode(os.fspath(path))
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigError(source, "<file>", f"cannot read file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, "<file>", f"not valid UTF-8 text (byte offset {exc.start})") from None
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, "<file>", yaml_problem(exc)) from None
+    data = read_yaml_file(path, ConfigError)
     return data, parse_config(data, source)
 
 
@@ -62,19 +50,6 @@ def parse_config(data: object, source: str) -> NodeConfig:
         return _build(data, source)
     except Invalid as exc:
         raise ConfigError(source, exc.key_path, exc.problem) from None
-
-
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML error in one line, with the line and column where the parser stopped."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    if mark is None:
-        return f"invalid YAML: {problem}"
-    text = f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and context_mark is not None:
-        text += f" ({context} at line {context_mark.line + 1})"
-    return text
 
 
 def _build(data: object, source: str) -> NodeConfig:

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from proton import ConnectionException, Delivery, LinkException, Message, ProtonException, Timeout
+from proton import ConnectionException, Delivery, LinkException, Message, ProtonException, SSLDomain, Timeout
 from proton.utils import BlockingConnection, SendException
 
 from router.management.security import ClientSecurity
@@ -55,6 +55,26 @@ class ManagementUnavailable(ManagementClientError):
     """Cannot connect, the connection was lost, or the request could not be delivered to the agent."""
 
 
+def connect_options(security: ClientSecurity, url: str) -> dict[str, Any]:
+    """Keyword arguments of python-qpid-proton's BlockingConnection for ``security`` and ``url``."""
+    options: dict[str, Any] = {}
+    if security.ca or security.cert or url.startswith("amqps:"):
+        domain = SSLDomain(SSLDomain.MODE_CLIENT)
+        if security.ca:
+            domain.set_trusted_ca_db(security.ca)
+        domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if security.verify_name
+                                       else SSLDomain.VERIFY_PEER, security.ca)
+        if security.cert:
+            domain.set_credentials(security.cert, security.key or security.cert, None)
+        options["ssl_domain"] = domain
+    if security.user:
+        options["user"] = security.user
+        options["password"] = security.password()
+    if security.mechanisms:
+        options["allowed_mechs"] = security.mechanisms
+    return options
+
+
 def agent_address(node: str | None = None) -> str:
     """The address of the agent of ``node`` (None: the node the client is connected to)."""
     return LOCAL_AGENT if node is None else f"_topo/0/{node}/{LOCAL_AGENT}"
@@ -71,7 +91,7 @@ class ManagementClient:
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]
         try:
-            options = (security or ClientSecurity()).connect_options(url)
+            options = connect_options(security or ClientSecurity(), url)
             if virtual_host is not None:
                 options["virtual_host"] = virtual_host
         except (OSError, IndexError, ProtonException) as exc:

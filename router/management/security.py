@@ -1,6 +1,7 @@
 """TLS and SASL settings of the management clients (`meshrouter stat`, `meshrouter mesh graph`).
 
-Kept apart from router.management.client so that building the command line imports no Proton.
+Kept apart from router.management.client so that building the command line imports no Proton: this module
+only describes the settings; :func:`router.management.client.connect_options` turns them into Proton's.
 """
 
 from __future__ import annotations
@@ -8,7 +9,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -23,27 +23,9 @@ class ClientSecurity:
     password_file: str | None = None
     mechanisms: str | None = None     # e.g. "PLAIN" or "EXTERNAL"; None: what the node offers
 
-    def connect_options(self, url: str) -> dict[str, Any]:
-        """Keyword arguments for python-qpid-proton's BlockingConnection."""
-        from proton import SSLDomain
-
-        options: dict[str, Any] = {}
-        if self.ca or self.cert or url.startswith("amqps:"):
-            domain = SSLDomain(SSLDomain.MODE_CLIENT)
-            if self.ca:
-                domain.set_trusted_ca_db(self.ca)
-            domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME if self.verify_name
-                                           else SSLDomain.VERIFY_PEER, self.ca)
-            if self.cert:
-                domain.set_credentials(self.cert, self.key or self.cert, None)
-            options["ssl_domain"] = domain
-        if self.user:
-            options["user"] = self.user
-            password = Path(self.password_file).read_text().splitlines()[0] if self.password_file else ""
-            options["password"] = password
-        if self.mechanisms:
-            options["allowed_mechs"] = self.mechanisms
-        return options
+    def password(self) -> str:
+        """The SASL PLAIN password: the first line of ``password_file`` (empty without one)."""
+        return Path(self.password_file).read_text().splitlines()[0] if self.password_file else ""
 
 
 def add_security_options(parser: argparse.ArgumentParser) -> None:

@@ -14,10 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from router.config import DEFAULT_COST, MAX_COST, ConfigError, Invalid, parse_config, wrong_type
-from router.config.yamlfile import load_yaml
+from router.config.yamlfile import read_yaml_file
 from router.meshctl.model import DEFAULT_HOST, Edge, NodeSpec, Topology
 from router.meshctl.nodeconfig import NODE_SETTINGS, SHARED_SECTIONS, node_config
 from router.meshctl.pki import MeshPki, NodeCert
@@ -36,19 +34,7 @@ class TopologyError(ConfigError):
 def load_topology(path: str | os.PathLike[str]) -> Topology:
     """Read and validate a topology file; every failure is a :class:`TopologyError`."""
     source = os.fsdecode(os.fspath(path))
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TopologyError(source, "<file>", f"cannot read file: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TopologyError(source, "<file>", f"not valid UTF-8 text (byte offset {exc.start})") from None
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TopologyError(source, "<file>", f"invalid YAML{where}: {problem}") from None
+    data = read_yaml_file(path, TopologyError)
     return parse_topology(data, source)
 
 

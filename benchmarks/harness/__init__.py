@@ -1,0 +1,20 @@
+"""The benchmarks' shared code: start-up, sampling and reporting; each scenario in benchmarks/ is a short
+file on top of it.
+
+* :mod:`harness.paths` – where things are (the repository, benchmarks/build, benchmarks/results, the
+  shared router-agnostic harness in /work/shared/bench, qdrouterd when it is built) and :class:`BenchError`;
+* :mod:`harness.procs` – free ports, spawning and stopping processes (own session, logs in files), waiting
+  for a ready line, a generated node config and one started node;
+* :mod:`harness.mesh` – topologies on free ports in the shapes of topologies/, and meshes started the way
+  `meshrouter mesh up` does (ready, converged, a route, a node's state line, kill one, stop);
+* :mod:`harness.sample` – CPU seconds and RSS of a process from /proc, an RSS sampler thread, percentiles
+  and medians, the load average;
+* :mod:`harness.loadgen` – the C load generator (built into benchmarks/build/amqpbench) and the shared
+  orchestrator run_bench.py;
+* :mod:`harness.profile` – py-spy flamegraphs and collapsed stacks, the top functions by self time;
+* :mod:`harness.trees` – a git revision's tree for before/after runs (``--base REV``);
+* :mod:`harness.report` – Markdown tables, where a figure was measured (host, git revision, command, load),
+  JSON results under benchmarks/results/.
+
+Scenarios put ``benchmarks/`` on ``sys.path`` (they run as scripts) and import ``harness.*``.
+"""
