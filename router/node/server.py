@@ -45,6 +45,11 @@ HEARD_EVERY = 0.01    # seconds: input from a peer tells the control plane it is
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
 FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about connections refused for want of fds
+# A reconnect storm fills the accept queue (`listeners[].backlog`) with thousands of connections: each
+# readiness of a listener accepts at most this many (each O(1): a socket, a Proton transport, a reader), and
+# the loop comes back for the rest after the other sockets' input, so clients already up keep their latency.
+ACCEPT_BATCH = 256
+FD_RESERVE = 64     # file descriptors the node needs beside its connections (logs, peers, management)
 # Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: a client connection whose
 # last read took more than `node.heavy_read` of CPU time to handle is heavy; per loop iteration, once
 # `node.read_budget` seconds went to heavy reads, the other heavy connections wait for the next iteration
@@ -145,6 +150,7 @@ class NodeServer:
         when a TLS or SASL setting cannot be put in force (before anything is bound)."""
         policies = self._policies()
         self.fd_limit = _raise_fd_limit()
+        self._check_fd_limit()
         self._spare_fd = os.open(os.devnull, os.O_RDONLY)
         for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
             self.open_listener(lc, i, policy)
@@ -158,6 +164,16 @@ class NodeServer:
             self.gc_pacer.start()           # freezes what start-up allocated
             self._gc_tick()
 
+    def _check_fd_limit(self) -> None:
+        """Say at start when the open-file limit is below what the listeners may accept: connections
+        beyond it are refused (and logged as such), which a reconnect storm would otherwise meet silently."""
+        total = sum(lc.max_connections for lc in self.config.listeners)
+        if self.fd_limit != resource.RLIM_INFINITY and self.fd_limit < total + FD_RESERVE:
+            log.warning("open-file limit %d (raised to the hard limit; `ulimit -Hn`, LimitNOFILE= raise "
+                        "it) is below the listeners' max_connections (%d in all) + %d for the node's own "
+                        "files: past ~%d connections new ones are accepted and closed at once (logged)",
+                        self.fd_limit, total, FD_RESERVE, self.fd_limit - FD_RESERVE)
+
     # ---- listeners and connectors, also at run time (router.node.reconfigure) -----------------------------
     def open_listener(self, lc: ListenerConfig, index: int, policy: object = None) -> Listener:
         """Bind listener `lc` (listeners[`index`] of the config) and accept on it. Raises OSError naming
@@ -168,7 +184,7 @@ class NodeServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((lc.host, lc.port))
-            sock.listen(128)
+            sock.listen(lc.backlog)
         except OSError as exc:
             sock.close()
             raise OSError(exc.errno, f"listeners[{index}] (role {lc.role}) on {lc.host}:{lc.port}: "
@@ -176,6 +192,10 @@ class NodeServer:
         sock.setblocking(False)
         host, port = sock.getsockname()[:2]
         policy.listener = name = f"{host}:{port}"
+        cap = somaxconn()
+        if cap is not None and lc.backlog > cap:
+            log.warning("listener %s: backlog %d capped to %d by net.core.somaxconn (raise it with "
+                        "`sysctl -w net.core.somaxconn=%d`)", name, lc.backlog, cap, lc.backlog)
         listener = Listener(lc, sock, name, policy)
         self.loop.add_reader(sock.fileno(), self._accept, listener)
         self.listeners.append((sock, lc.role))
@@ -302,7 +322,7 @@ class NodeServer:
     # ---- sockets ------------------------------------------------------------------------------------------
     def _accept(self, listener: Listener) -> None:
         lc = listener.config
-        while True:
+        for _ in range(ACCEPT_BATCH):           # the rest on the loop's next turn (the socket stays readable)
             try:
                 sock, addr = listener.sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -640,6 +660,15 @@ def _fd_line(listener: object, count: int, detail: object) -> tuple:
     host, limit, total = detail
     return ("listener %s: refused %d connection(s) for want of a file descriptor (the process's limit is "
             "%s), the last from %s (%d in all)", listener, count, limit, host, total)
+
+
+def somaxconn(path: str = "/proc/sys/net/core/somaxconn") -> int | None:
+    """The kernel's cap on a listen() backlog (Linux), None where it cannot be read."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _raise_fd_limit() -> int:
