@@ -47,8 +47,8 @@ MAX_SESSIONS = 256
 MAX_LINKS = 1000
 MAX_CONNECTIONS = 4096
 #: A listener's accept queue by default: a reconnect storm of thousands of clients must not overflow it (at
-#: 128, Proton's default, 10,000 clients took 33-59 s: dropped SYNs wait 1, 3, 7 ... s). Linux caps it to
-#: net.core.somaxconn (4096 since kernel 5.4); the node logs the value in force when it caps it.
+#: 128, Proton's default, 10,000 clients took 33-59 s: dropped SYNs wait 1, 3, 7 ... s). Linux caps one
+#: socket's queue to net.core.somaxconn (4096 since kernel 5.4): see router.node.listening.
 BACKLOG = 4096
 
 _cost = c.int_in(1, MAX_COST)
@@ -132,8 +132,9 @@ class ListenerConfig:
         c.int_in(1, 2**31 - 1), "more connections get a Close `amqp:resource-limit-exceeded`",
         MAX_CONNECTIONS)
     backlog: int = declare(
-        c.int_in(1, 2**31 - 1), "the accept queue's length (`listen()`); the kernel caps it to "
-                                "`net.core.somaxconn` (logged at start when it does)", BACKLOG)
+        c.int_in(1, 2**31 - 1), "connections waiting to be accepted (`listen()`); beyond "
+                                "`net.core.somaxconn` (one socket's cap) the port gets several accept queues "
+                                "(`SO_REUSEPORT`, at most 16), logged at start", BACKLOG)
     max_frame_size: int = declare(c.int_in(512, UINT32_MAX), "max-frame-size of our Open", MAX_FRAME_SIZE)
     max_message_size: int | None = declare(
         c.int_in(1, 2**63 - 1), "bigger transfers are REJECTED `amqp:link:message-size-exceeded`; "

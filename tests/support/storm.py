@@ -256,8 +256,9 @@ class StormProcess:
         import subprocess
 
         self.reports: queue.Queue = queue.Queue()
+        prefix = os.environ.get("STORM_PREFIX", "").split()        # e.g. "nice -n 10"
         self.proc = subprocess.Popen(
-            [python, "-m", "tests.support.storm", "--port", str(port), "--clients", str(clients),
+            [*prefix, python, "-m", "tests.support.storm", "--port", str(port), "--clients", str(clients),
              "--links", str(links), "--name", name, "--retry", str(retry)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=cwd, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()

@@ -10,9 +10,11 @@ backlog of 128 hundreds of these clients wait out 1 s, 3 s ... retransmissions; 
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
-from router.node.server import somaxconn
+from router.node.listening import somaxconn
 from tests.support.nodes import kill9, launch, node_config, stop_all
 from tests.support.ports import free_port
 from tests.support.storm import StormProcess
@@ -67,14 +69,26 @@ def test_a_thousand_clients_at_once_without_a_retransmission(tmp_path):
     assert failure is None, failure
 
 
-def test_backlog_capped_by_the_kernel_is_said(tmp_path):
+def test_a_backlog_beyond_the_kernel_cap_gets_more_accept_queues(tmp_path):
     cap = somaxconn()
     if cap is None:
         pytest.skip("no /proc/sys/net/core/somaxconn on this system")
-    node = launch(_config(0, backlog=cap + 1), tmp_path, 0)
+    port = free_port()
+    node = launch(_config(port, backlog=2 * cap + 1), tmp_path, 0)
     try:
-        wait_for(lambda: f"backlog {cap + 1} capped to {cap} by net.core.somaxconn" in node.stderr_tail(50),
-                 what="the cap logged")
+        wait_for(lambda: f"backlog {2 * cap + 1} in 3 accept queues of {cap}" in node.stderr_tail(50),
+                 what="the queues logged")
+        probe = socket.socket()                          # a listener without SO_REUSEPORT (any other
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # node's first bind) is refused
+        with pytest.raises(OSError):
+            probe.bind(("127.0.0.1", port))
+        probe.close()
+        storms = _storms(port)
+        try:
+            assert sum(r["retransmitted"] for r in _round(storms, "three queues")) == 0
+        finally:
+            for s in storms:
+                s.close()
     finally:
         failure = stop_all([node])
     assert failure is None, failure
