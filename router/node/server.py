@@ -24,13 +24,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from router.adapter.connection import Connection
+from router.adapter.connection import IO_CHUNK, Connection
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
 from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
+from router.forwarding.readpacing import START_READ, next_read_size
 from router.logs import LogEvery
 from router.node.collector import TICK as GC_TICK
 from router.node.collector import GcPacer
@@ -375,6 +376,8 @@ class NodeServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = self._serve(listener.policy.wrap(sock), f"{addr[0]}:{addr[1]}", lc.role, lc.cost,
                            policy=listener.policy)
+        if lc.role == "normal":
+            conn.read_size = START_READ     # a client's reads are paced (router.forwarding.readpacing)
         if lc.handshake_timeout > 0:
             self.loop.call_later(lc.handshake_timeout, self._handshake_deadline, conn, listener)
         if lc.max_connections is not None and listener.count >= lc.max_connections:
@@ -507,8 +510,13 @@ class NodeServer:
             return
         if self._took > self.heavy_read and (cpu := time.thread_time() - cpu) > self.heavy_read:
             self._heavy_read(conn, cpu)
-        elif conn.heavy:
-            conn.heavy = False
+            conn.read_size = next_read_size(conn.read_size, conn.last_read, cpu, self.heavy_read, IO_CHUNK)
+        else:
+            if conn.heavy:
+                conn.heavy = False
+            if conn.last_read >= conn.read_size < IO_CHUNK:     # a cheap full read: the next one larger
+                conn.read_size = next_read_size(conn.read_size, conn.last_read, 0.0, self.heavy_read,
+                                                IO_CHUNK)
 
     def _heavy_read(self, conn: Connection, took: float) -> None:
         conn.heavy = True
