@@ -87,6 +87,14 @@ def remote_count(node: NodeRun) -> int | None:
     return None if st is None else _remote_addresses(st)
 
 
+def _pump_until(pred, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"restart_bench: timed out waiting for {what}")
+        pump(0.05)
+
+
 def _poll(node: NodeRun, samples: list[tuple[float, int]], done: threading.Event) -> None:
     """C's count of routed addresses every 0.2 s (a SIGUSR1 state line each)."""
     while not done.is_set():
@@ -141,9 +149,9 @@ def main() -> int:
             holder = Client(url["A"])
             rcv = holder.receiver(HELD, credit=args.in_flight, auto_accept=False)
             snd = Client(url["B"]).sender(HELD)
-            snd.wait_credit(args.in_flight, timeout=30)
+            _pump_until(lambda: snd.credit >= args.in_flight, 120, "credit toward A's held receiver")
             trackers = [snd.send(f"m{i}") for i in range(args.in_flight)]
-            rcv.wait_messages(args.in_flight, timeout=30)
+            _pump_until(lambda: len(rcv.received) >= args.in_flight, 60, "the deliveries held on A")
             time.sleep(2.0)
             samples: list[tuple[float, int]] = []
             polling = threading.Event()
