@@ -390,8 +390,11 @@ def main() -> int:
                       flush=True)
             traffic.finish()
             time.sleep(10.0)                     # the last outcomes and copies arrive
+            states = {n: node_state(node) for n, node in mesh.nodes.items()}
             out["end"] = {"rss_mib": mesh.rss_mib(),
-                          "in_flight": {n: node_state(node).in_flight for n, node in mesh.nodes.items()}}
+                          "in_flight": {n: st.in_flight for n, st in states.items()},
+                          "dropped_presettled": {n: st.node.get("droppedPresettledDeliveries")
+                                                 for n, st in states.items()}}
         finally:
             traffic.stop.set()
             for n in mesh.names:
