@@ -86,6 +86,7 @@ class LinkStateEngine(EngineViews, Admission, Sending):
         self._last_retry = -math.inf
         self._last_change = -math.inf
         self._routes_epoch = 0
+        self._origins_epoch = 0         # bumped with every recomputation: others' trees may have changed
         self._warn = LogOnce(log)
         self._scopes: dict[str | None, tuple[Scope, str | None]] = {}
         self._lsr_body = LinkStateRequest(node_id, instance).to_map()
@@ -374,6 +375,7 @@ class LinkStateEngine(EngineViews, Admission, Sending):
         self._routes = routes
         self._hop_table = None
         self._valid_origins = None
+        self._origins_epoch += 1
         self._last_change = now
         self._wants_due = True
         self.counters["recompute"] += 1

@@ -95,6 +95,12 @@ class EngineViews:
         return self._routes_epoch
 
     @property
+    def origins_epoch(self) -> int:
+        """Bumped when the topology changed anywhere: `valid_origins` may differ even where this node's own
+        routes did not (another node's link came up)."""
+        return self._origins_epoch
+
+    @property
     def addresses_epoch(self) -> int:
         """Bumped when ``known_addresses`` or hints change."""
         return self._remote.epoch

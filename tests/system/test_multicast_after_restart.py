@@ -3,17 +3,16 @@
 In the four-node full mesh a sender on D fans messages out to receivers on A, B and C. A is killed
 (kill -9) and started again from the same config; a new receiver attaches there. Every receiver must get
 each message at most once. The soak saw A's new receiver get ~17 s worth of messages twice after each
-restart (B and C never); this test is the small reproduction: in 2 of 3 runs here (2026-12-02) A's new
-receiver got *every* message sent after the restart twice (1,958 copies of 979 messages), B and C once;
-in the third, once. Marked xfail (not strict: it depends on the order in which B, C and D redial A) until
-the forwarding of multicast copies toward a restarted node is fixed; run it with ``--runxfail``.
+restart (B and C never); this test is the small reproduction. The cause: a node's forwarding table cached
+the multicast valid origins and refreshed them only when its *own* routes changed, so B and C kept the trees
+of the moment when D's link to the new A was not up yet (D -> B -> A) and forwarded D's copies to A beside
+D's own, until their own routes changed (router.adapter.routerlinks now refreshes them whenever the
+topology changed: the link-state engine's ``origins_epoch``). Before the fix it failed in 2 of 3 runs.
 """
 
 from __future__ import annotations
 
 import time
-
-import pytest
 
 from tests.support.clients import Client
 from tests.support.meshes import mesh_node, wait_converged
@@ -46,8 +45,6 @@ def _dups(rcv) -> int:
     return len(bodies) - len(set(bodies))
 
 
-@pytest.mark.xfail(strict=False, reason="issue 33 finding, not fixed: after a restart, A's multicast "
-                                        "consumer got every copy twice in 2 of 3 runs (pytest --runxfail)")
 def test_no_duplicate_copies_to_a_restarted_node(node_factory, tmp_path):
     client_port, ir_port = free_ports(2)
     a = launch(_config_a(client_port, ir_port), tmp_path, 100)
