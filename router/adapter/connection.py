@@ -106,7 +106,7 @@ class Connection:
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
-                 "refused_links", "framed", "heavy", "out_pending")
+                 "refused_links", "framed", "heavy", "out_pending", "read_size", "last_read")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -114,6 +114,8 @@ class Connection:
         self.sock = sock
         self.framed = getattr(sock, "framed", False)    # router.adapter.websocket.WebSocketStream
         self.heavy = False      # its last input took long to handle (the node's read budget: server.py)
+        self.read_size = IO_CHUNK   # the most one read takes (router.forwarding.readpacing paces clients)
+        self.last_read = 0          # bytes the last read took
         self.peer = peer
         self.role = role
         self.client = client           # we connected out (a connector), so we open and attach first
@@ -190,11 +192,12 @@ class Connection:
             self.input_closed = cap < 0
             return None
         try:
-            n = self.sock.recv_into(_rbuf, min(cap, IO_CHUNK))
+            n = self.sock.recv_into(_rbuf, min(cap, self.read_size))
         except (BlockingIOError, InterruptedError):
             return None
         except OSError:
             n = 0
+        self.last_read = n
         if n == 0:
             pn_transport_close_tail(t)
             self.input_closed = True

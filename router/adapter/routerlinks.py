@@ -217,6 +217,7 @@ class RouterLinks:
         self.edge: object = None
         self._links_epoch = 0        # bumped when a data link to a peer comes or goes
         self._routes_synced: tuple[int, int] | None = None   # (routes epoch, links epoch) given the core
+        self._origins_synced = 0            # the link-state engine's origins epoch the core's cache is of
         # mobile addresses whose holders changed, not yet given to the core: ROUTE_BATCH per pump, so that
         # a flood of 20,000 new addresses does not hold the loop (and other traffic) for 200 ms
         self._route_backlog: set[str] = set()
@@ -374,6 +375,14 @@ class RouterLinks:
             return
         if edge is not None:
             edge.sync()                     # an interior's edges: their addresses, merged with ours
+        self._sync_routes(mesh, edge)
+        if mesh.ls.origins_epoch != self._origins_synced:
+            # the topology changed somewhere: multicast's valid origins may differ even where this node's
+            # own routes (and so routes_epoch) did not, e.g. a restarted node's link to another peer came up
+            self._origins_synced = mesh.ls.origins_epoch
+            self.core.origins_changed()
+
+    def _sync_routes(self, mesh: object, edge: object) -> None:
         if self.core.local_changes:
             for key, present in self.core.take_local_address_changes():
                 if edge is not None:

@@ -48,6 +48,10 @@ UINT32_MAX = 2**32 - 1
 MAX_SESSIONS = 256
 MAX_LINKS = 1000
 MAX_CONNECTIONS = 4096
+#: A listener's accept queue by default: a reconnect storm of thousands of clients must not overflow it (at
+#: 128, Proton's default, 10,000 clients took 33-59 s: dropped SYNs wait 1, 3, 7 ... s). Linux caps one
+#: socket's queue to net.core.somaxconn (4096 since kernel 5.4): see router.node.listening.
+BACKLOG = 4096
 
 _cost = c.int_in(1, MAX_COST)
 _seconds = c.number_at_least(0, "seconds")
@@ -130,6 +134,10 @@ class ListenerConfig:
     max_connections: int = declare(
         c.int_in(1, 2**31 - 1), "more connections get a Close `amqp:resource-limit-exceeded`",
         MAX_CONNECTIONS)
+    backlog: int = declare(
+        c.int_in(1, 2**31 - 1), "connections waiting to be accepted (`listen()`); beyond "
+                                "`net.core.somaxconn` (one socket's cap) the port gets several accept queues "
+                                "(`SO_REUSEPORT`, at most 16), logged at start", BACKLOG)
     max_frame_size: int | None = declare(
         c.int_in(512, UINT32_MAX), "max-frame-size of our Open", None,
         show=f"`{MAX_FRAME_SIZE}`; `{INTER_ROUTER_MAX_FRAME_SIZE}` with `role: inter-router`")

@@ -274,6 +274,10 @@ class AddressTable:
             self.ledger.lost_destinations(a)
             self._forget_if_unused(a)
 
+    def origins_changed(self) -> None:
+        """The mesh's topology changed: the valid origins are asked for again at the next multicast."""
+        self._origins_cache = None
+
     def valid_origins(self) -> Mapping[str, frozenset[str]]:
         """Node -> origins whose tree reaches it through this node (computed once per route change)."""
         if self._origins_cache is None:

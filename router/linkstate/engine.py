@@ -86,6 +86,7 @@ class LinkStateEngine(EngineViews, Admission, Sending):
         self._last_retry = -math.inf
         self._last_change = -math.inf
         self._routes_epoch = 0
+        self._origins_epoch = 0         # bumped when any node's link state changed: others' trees may have
         self._warn = LogOnce(log)
         self._scopes: dict[str | None, tuple[Scope, str | None]] = {}
         self._lsr_body = LinkStateRequest(node_id, instance).to_map()
@@ -371,14 +372,16 @@ class LinkStateEngine(EngineViews, Admission, Sending):
             if self._topology.set_link_state(node, self._lsdb.peers_of(node)):
                 topology_changed = True
         routes = compute_routes(self._topology.adjacency, self.node_id)
-        # valid origins depend on every origin's tree, not only on our paths: a link between two other
-        # nodes that comes back (a restarted node's) leaves our next hops as they were, but a multicast
-        # copy from one of them must stop being forwarded toward the other (it gets its own)
-        if topology_changed or routes.next_hop != self._routes.next_hop or routes.cost != self._routes.cost:
+        if routes.next_hop != self._routes.next_hop or routes.cost != self._routes.cost:
             self._routes_epoch += 1
         self._routes = routes
         self._hop_table = None
         self._valid_origins = None
+        if topology_changed:
+            # valid origins depend on every origin's tree, not only on our paths: a link between two other
+            # nodes that comes back (a restarted node's) leaves our next hops as they were, but a multicast
+            # copy from one of them must stop being forwarded toward the other (it gets its own)
+            self._origins_epoch += 1
         self._last_change = now
         self._wants_due = True
         self.counters["recompute"] += 1

@@ -91,8 +91,14 @@ class EngineViews:
 
     @property
     def routes_epoch(self) -> int:
-        """Bumped when next hops, costs, neighbour links or any node's link state (valid origins) change."""
+        """Bumped when next hops, costs or neighbour links change."""
         return self._routes_epoch
+
+    @property
+    def origins_epoch(self) -> int:
+        """Bumped when the topology changed anywhere: `valid_origins` may differ even where this node's own
+        routes did not (another node's link came up)."""
+        return self._origins_epoch
 
     @property
     def addresses_epoch(self) -> int:

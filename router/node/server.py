@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from router.adapter.connection import Connection
+from router.adapter.connection import IO_CHUNK, Connection
 from router.adapter.engine import Engine
 from router.adapter.pump import pump
 from router.adapter.routerlinks import ROUTER_ROLES
@@ -32,12 +32,14 @@ from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
 from router.forwarding.core import RouterCore
+from router.forwarding.readpacing import START_READ, next_read_size
 from router.logs import LogEvery
 from router.node.collector import TICK as GC_TICK
 from router.node.collector import GcPacer
 from router.node.connectors import Connector
 from router.node.edges import EdgeUplinks, InteriorEdges
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
+from router.node.listening import bind_queues, queues_for, somaxconn
 from router.node.memory import Trimmer
 from router.node.mesh import MeshControl
 from router.policy.engine import Policy
@@ -50,6 +52,14 @@ HEARD_EVERY = 0.01    # seconds: input from a peer tells the control plane it is
 REFUSE_GRACE = 5.0    # seconds a connection refused for max_connections gets to read its Close
 HANDSHAKE_LOG_INTERVAL = 10.0   # seconds between a listener's lines about handshakes not completed
 FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about connections refused for want of fds
+# A reconnect storm (every client of a restarted node dialling at once) must not overflow the kernel's accept
+# queue (`listeners[].backlog`, capped by net.core.somaxconn): a dropped SYN waits 1, 3, 7 ... s. So a
+# listener's readiness takes up to ACCEPT_BATCH sockets off it at once (an accept() each, O(1)), and they are
+# admitted (a Proton transport, a reader: their handshakes) ADMIT_BATCH per loop turn, between the other
+# sockets' input, so that clients already up keep their latency while thousands come in.
+ACCEPT_BATCH = 4096
+ADMIT_BATCH = 64
+FD_RESERVE = 64     # file descriptors the node needs beside its connections (logs, peers, management)
 # Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: a client connection whose
 # last read took more than `node.heavy_read` of CPU time to handle is heavy; per loop iteration, once
 # `node.read_budget` seconds went to heavy reads, the other heavy connections wait for the next iteration
@@ -72,7 +82,8 @@ class Listener:
 
     def __init__(self, config: ListenerConfig, sock: socket.socket, name: str, policy: object) -> None:
         self.config = config
-        self.sock = sock
+        self.sock = sock            # its (first) listening socket
+        self.socks = [sock]         # all of them: one per accept queue (router.node.listening)
         self.name = name            # "host:port" as bound (the real port when 0 was configured)
         self.policy = policy        # router.adapter.policy.ConnectionPolicy
         self.count = 0              # connections accepted and not yet gone
@@ -116,6 +127,8 @@ class NodeServer:
         self.listeners: list[tuple[socket.socket, str]] = []
         self.bound: list[Listener] = []      # the same listeners with their policies and counts
         self._counted: dict[Connection, Listener] = {}   # accepted connections -> their listener
+        self._admitting: deque[tuple[Listener, socket.socket, tuple]] = deque()  # accepted, not yet served
+        self._admit_scheduled = False
         self.trimmer = Trimmer()        # freed memory back to the system after waves of connections
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
@@ -163,6 +176,7 @@ class NodeServer:
         when a TLS or SASL setting cannot be put in force (before anything is bound)."""
         policies = self._policies()
         self.fd_limit = _raise_fd_limit()
+        self._check_fd_limit()
         self._spare_fd = os.open(os.devnull, os.O_RDONLY)
         for i, (lc, policy) in enumerate(zip(self.config.listeners, policies, strict=True)):
             self.open_listener(lc, i, policy)
@@ -177,27 +191,43 @@ class NodeServer:
             self.gc_pacer.start()           # freezes what start-up allocated
             self._gc_tick()
 
+    def _check_fd_limit(self) -> None:
+        """Say at start when the open-file limit is below what the listeners may accept: connections
+        beyond it are refused (and logged as such), which a reconnect storm would otherwise meet silently."""
+        total = sum(lc.max_connections for lc in self.config.listeners)
+        if self.fd_limit != resource.RLIM_INFINITY and self.fd_limit < total + FD_RESERVE:
+            log.warning("open-file limit %d (raised to the hard limit; `ulimit -Hn`, LimitNOFILE= raise "
+                        "it) is below the listeners' max_connections (%d in all) + %d for the node's own "
+                        "files: past ~%d connections new ones are accepted and closed at once (logged)",
+                        self.fd_limit, total, FD_RESERVE, self.fd_limit - FD_RESERVE)
+
     # ---- listeners and connectors, also at run time (router.node.reconfigure) -----------------------------
     def open_listener(self, lc: ListenerConfig, index: int, policy: object = None) -> Listener:
         """Bind listener `lc` (listeners[`index`] of the config) and accept on it. Raises OSError naming
         it when its port is taken, ConfigError when its TLS or SASL cannot be put in force."""
         if policy is None:
             policy = self._listener_policy(index, lc)
-        sock = socket.socket(socket.AF_INET6 if ":" in lc.host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        cap = somaxconn()
+        queues = queues_for(lc.backlog, cap)
         try:
-            sock.bind((lc.host, lc.port))
-            sock.listen(128)
+            socks = bind_queues(lc.host, lc.port, lc.backlog, queues)
         except OSError as exc:
-            sock.close()
             raise OSError(exc.errno, f"listeners[{index}] (role {lc.role}) on {lc.host}:{lc.port}: "
                                      f"{exc.strerror}") from None
-        sock.setblocking(False)
+        sock = socks[0]
         host, port = sock.getsockname()[:2]
         policy.listener = name = f"{host}:{port}"
+        if queues > 1:
+            log.info("listener %s: backlog %d in %d accept queues of %d (net.core.somaxconn caps one queue)",
+                     name, lc.backlog, queues, cap)
+        elif cap is not None and lc.backlog > cap:
+            log.warning("listener %s: backlog %d capped to %d by net.core.somaxconn (raise it with "
+                        "`sysctl -w net.core.somaxconn=%d`)", name, lc.backlog, cap, lc.backlog)
         listener = Listener(lc, sock, name, policy)
-        self.loop.add_reader(sock.fileno(), self._accept, listener)
-        self.listeners.append((sock, lc.role))
+        listener.socks = socks
+        for one in socks:
+            self.loop.add_reader(one.fileno(), self._accept, listener, one)
+        self.listeners += [(one, lc.role) for one in socks]
         self.bound.append(listener)
         scheme = ("wss" if lc.tls is not None else "ws") if lc.websocket else \
             ("amqps" if lc.tls is not None else "amqp")
@@ -208,9 +238,10 @@ class NodeServer:
     def close_listener(self, listener: Listener) -> int:
         """Stop accepting on `listener` and close its connections (a Close each; their deliveries come
         back RELEASED / MODIFIED as for any lost connection). Returns how many were closed."""
-        self.loop.remove_reader(listener.sock.fileno())
-        listener.sock.close()
-        self.listeners = [(s, r) for s, r in self.listeners if s is not listener.sock]
+        for sock in listener.socks:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+        self.listeners = [(s, r) for s, r in self.listeners if s not in listener.socks]
         self.bound.remove(listener)
         self.urls = [(r, u) for r, u in self.urls if u != listener.url]
         closing = [conn for conn, where in self._counted.items() if where is listener]
@@ -256,6 +287,8 @@ class NodeServer:
             self.loop.remove_reader(sock.fileno())
             sock.close()
         self.listeners = []
+        while self._admitting:
+            self._admitting.popleft()[1].close()
         if self._spare_fd >= 0:
             os.close(self._spare_fd)
             self._spare_fd = -1
@@ -319,32 +352,60 @@ class NodeServer:
         return conn
 
     # ---- sockets ------------------------------------------------------------------------------------------
-    def _accept(self, listener: Listener) -> None:
-        lc = listener.config
-        while True:
+    def _accept(self, listener: Listener, sock: socket.socket) -> None:
+        """Take what one of the listener's accept queues holds (ACCEPT_BATCH at most; the loop calls again
+        for the rest) and admit it in turns."""
+        admitting = self._admitting
+        for _ in range(ACCEPT_BATCH):
             try:
-                sock, addr = listener.sock.accept()
+                conn_sock, addr = sock.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                break
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._refuse_without_fd(listener):
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._refuse_without_fd(listener, sock):
                     continue
                 log.warning("accept failed: %s", exc)
-                return
-            sock.setblocking(False)
-            if sock.family != socket.AF_UNIX:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = self._serve(listener.policy.wrap(sock), f"{addr[0]}:{addr[1]}", lc.role, lc.cost,
-                               policy=listener.policy)
-            if lc.handshake_timeout > 0:
-                self.loop.call_later(lc.handshake_timeout, self._handshake_deadline, conn, listener)
-            if lc.max_connections is not None and listener.count >= lc.max_connections:
-                self._refuse(conn, listener)
-            else:
-                listener.count += 1
-                self._counted[conn] = listener
+                break
+            admitting.append((listener, conn_sock, addr))
+        if admitting and not self._admit_scheduled:
+            self._admit_scheduled = True
+            self.loop.call_soon(self._admit)
 
-    def _refuse_without_fd(self, listener: Listener) -> bool:
+    def _admit(self) -> None:
+        """Serve ADMIT_BATCH accepted sockets; the rest on the next loop turn (after its reads)."""
+        self._admit_scheduled = False
+        admitting = self._admitting
+        for listener in self.bound:         # a storm goes on: empty the kernel's queues between turns too
+            for sock in listener.socks:
+                self._accept(listener, sock)
+        for _ in range(min(ADMIT_BATCH, len(admitting))):
+            listener, sock, addr = admitting.popleft()
+            if listener in self.bound:
+                self._admit_one(listener, sock, addr)
+            else:
+                sock.close()                # its listener was closed meanwhile
+        if admitting:
+            self._admit_scheduled = True
+            self.loop.call_soon(self._admit)
+
+    def _admit_one(self, listener: Listener, sock: socket.socket, addr: tuple) -> None:
+        lc = listener.config
+        sock.setblocking(False)
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = self._serve(listener.policy.wrap(sock), f"{addr[0]}:{addr[1]}", lc.role, lc.cost,
+                           policy=listener.policy)
+        if lc.role == "normal":
+            conn.read_size = START_READ     # a client's reads are paced (router.forwarding.readpacing)
+        if lc.handshake_timeout > 0:
+            self.loop.call_later(lc.handshake_timeout, self._handshake_deadline, conn, listener)
+        if lc.max_connections is not None and listener.count >= lc.max_connections:
+            self._refuse(conn, listener)
+        else:
+            listener.count += 1
+            self._counted[conn] = listener
+
+    def _refuse_without_fd(self, listener: Listener, queue: socket.socket) -> bool:
         """No file descriptor left: accept the waiting connection on the spare one and close it at once
         (rather than leave it in the backlog and the listener readable, which spins the loop); counted,
         logged once per interval. False if there is no spare descriptor to do it with."""
@@ -353,7 +414,7 @@ class NodeServer:
         os.close(self._spare_fd)
         self._spare_fd = -1
         try:
-            sock, addr = listener.sock.accept()
+            sock, addr = queue.accept()
         except OSError:
             sock = addr = None
         if sock is not None:
@@ -469,8 +530,13 @@ class NodeServer:
             return
         if self._took > self.heavy_read and (cpu := time.thread_time() - cpu) > self.heavy_read:
             self._heavy_read(conn, cpu)
-        elif conn.heavy:
-            conn.heavy = False
+            conn.read_size = next_read_size(conn.read_size, conn.last_read, cpu, self.heavy_read, IO_CHUNK)
+        else:
+            if conn.heavy:
+                conn.heavy = False
+            if conn.last_read >= conn.read_size < IO_CHUNK:     # a cheap full read: the next one larger
+                conn.read_size = next_read_size(conn.read_size, conn.last_read, 0.0, self.heavy_read,
+                                                IO_CHUNK)
 
     def _heavy_read(self, conn: Connection, took: float) -> None:
         conn.heavy = True

@@ -6,7 +6,8 @@ re-converged every receiver gets each message exactly once. Before the fix, in 2
 receiver got *every* message sent after the restart twice: a transit node (B or C) that had learned of
 its own link to A before D's link to A kept forwarding D's copies toward A, beside D's direct copy. Its
 paths had not changed, so the forwarding core kept valid origins computed from the older topology
-(the routes epoch moved only with this node's next hops; now with any node's link state).
+(its cache was refreshed only when this node's routes changed; now also when any node's link state did:
+the link-state engine's origins epoch).
 
 While the mesh re-converges (until every node knows D-A again), copies may still go both ways: the
 same valid-origins rule as qdrouterd's multicast; the test counts those but asserts only afterwards.

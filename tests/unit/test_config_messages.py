@@ -40,8 +40,9 @@ UNKNOWN = [
     (config(node=bogus(NODE)), "node.bogus",
      "id, link_capacity, idle_timeout, log_level, log_levels, heavy_read, read_budget"),
     (config(listeners=[LISTENER, bogus({"host": "h", "port": 0})]), "listeners[1].bogus",
-     "host, port, role, cost, tls, sasl, max_connections, max_frame_size, max_message_size, max_sessions, "
-     "max_links, idle_timeout, handshake_timeout, policy_vhost, websocket, websocket_path, name"),
+     "host, port, role, cost, tls, sasl, max_connections, backlog, max_frame_size, max_message_size, "
+     "max_sessions, max_links, idle_timeout, handshake_timeout, policy_vhost, websocket, websocket_path, "
+     "name"),
     (config(listeners=[{**LISTENER, "tls": {"bogus": 1}}]), "listeners[0].tls.bogus",
      "cert, key, key_password_file, ca, require_client_cert, protocols"),
     (config(listeners=[{**LISTENER, "sasl": {"bogus": 1}}]), "listeners[0].sasl.bogus",

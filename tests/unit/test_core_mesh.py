@@ -385,3 +385,18 @@ def test_forward_settled_from_peer_agrees_with_route_from_peer_and_sent():
         assert _settled_state(core, p) == _settled_state(twin, tp), seed
         taken.add(rd is None)
     assert taken == {True, False}                                  # egress and transit both taken
+
+
+def test_multicast_valid_origins_are_asked_again_after_a_topology_change():
+    """The core caches the valid origins between route changes; a topology change elsewhere (another node's
+    link: no change to this node's own routes) must still reach multicast forwarding (issue 33: copies
+    to a restarted node forwarded twice)."""
+    core = make_core()
+    origins = {"C": frozenset({"B"}), "D": frozenset({"B"})}    # B's tree to C and D crosses this node
+    outs = mesh(core, {"mc/news": ["B", "C"]})
+    core.set_routes(core.nodes, {"mc/news": ["B", "C"]}, radius=2, valid_origins=lambda: dict(origins))
+    a = core.addresses["mc/news"]
+    assert core.mesh_fanout(a, False, origin="B", trace=["B"], came_from="B") == [outs["C"]]
+    origins["C"] = frozenset()          # B got its own link to C: its tree no longer crosses here
+    core.origins_changed()
+    assert core.mesh_fanout(a, False, origin="B", trace=["B"], came_from="B") == []

@@ -1,10 +1,10 @@
-"""The routes epoch moves when any node's link state changes, not only this node's paths.
+"""The origins epoch moves when any node's link state changes, not only this node's paths.
 
-The adapter gives the forwarding core a new view (and with it fresh valid origins for multicast) only
-when the epoch moved. A link between two other nodes that comes back leaves this node's next hops as
-they were, but changes which origins' trees pass through it: with a stale view a transit node kept
-forwarding a restarted node's peer's multicast copies toward it, beside the peer's own direct copy
-(every copy arrived twice; found by benchmarks/soak_cycle.py).
+The adapter refreshes the forwarding core's valid origins (for multicast) when that epoch moved, and gives
+it a whole new view only when the routes epoch did. A link between two other nodes that comes back leaves
+this node's next hops as they were, but changes which origins' trees pass through it: with a stale view a
+transit node kept forwarding a restarted node's peer's multicast copies toward it, beside the peer's own
+direct copy (every copy arrived twice; found by benchmarks/soak_cycle.py).
 """
 
 from __future__ import annotations
@@ -45,14 +45,14 @@ def test_a_link_between_two_other_nodes_moves_the_epoch_and_the_valid_origins():
 
     net.disconnect("A", "D")
     _settle(net)
-    hops, epoch = dict(b.next_hops), b.routes_epoch
+    hops, routes, epoch = dict(b.next_hops), b.routes_epoch, b.origins_epoch
     transits = [n for n in "BC" if "D" in net.engines[n].valid_origins.get("A", ())]
     assert len(transits) == 1                          # D's tree reaches A through B or through C
 
     net.connect("A", "D")
     _settle(net)
-    assert dict(b.next_hops) == hops                   # B's own paths did not change...
-    assert b.routes_epoch != epoch                     # ...but the view it gives the core must
+    assert dict(b.next_hops) == hops and b.routes_epoch == routes   # B's own paths did not change...
+    assert b.origins_epoch != epoch                    # ...but the core's valid origins must
     for name in "BC":
         assert "D" not in net.engines[name].valid_origins.get("A", ())
 
@@ -60,6 +60,6 @@ def test_a_link_between_two_other_nodes_moves_the_epoch_and_the_valid_origins():
 def test_nothing_changed_leaves_the_epoch_alone():
     net = _full_mesh()
     _settle(net)
-    epochs = {name: e.routes_epoch for name, e in net.engines.items()}
+    epochs = {name: (e.routes_epoch, e.origins_epoch) for name, e in net.engines.items()}
     net.run(5.0)                                       # HELLOs and refreshes only
-    assert {name: e.routes_epoch for name, e in net.engines.items()} == epochs
+    assert {name: (e.routes_epoch, e.origins_epoch) for name, e in net.engines.items()} == epochs
