@@ -21,6 +21,9 @@ MAX_FRAME_SIZE = 16384
 """The max-frame-size of our Open, as qdrouterd's (``listeners[].max_frame_size``; the adapter's
 ``MAX_FRAME`` for connections without a listener's policy)."""
 
+MEMORY_LIMIT_MIN = 16 * 1024 * 1024
+"""The smallest node-wide memory budget (``node.memory_limit``; router.forwarding.budget)."""
+
 # Control-plane timers in seconds, qdrouterd's defaults: the ``router:`` keys of router.config and the
 # fields of router.linkstate.LinkStateConfig of the same names.
 HELLO_INTERVAL = 1.0

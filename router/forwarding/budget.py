@@ -1,0 +1,155 @@
+"""The node-wide memory budget: bytes the node buffers, and which producers wait for credit because of it.
+
+Sans-IO. The node forwards without queueing, but bytes still wait inside it: a delivery sent to a
+consumer whose socket is slow sits in that connection's session and transport output until the peer reads
+it, and a streamed message paused for a slow consumer sits in its producer's session. The adapter reports
+those bytes per connection (`report(conn, nbytes)`, after it wrote the connection, or when a paused stream
+holds input); the credit ledger asks `holds(producer)` before it tops a producer up, and `window(capacity)`
+for how much credit a producer may hold at most. Nothing is ever dropped: producers are slowed.
+
+The rules, with ``limit`` the budget in bytes:
+
+* a *slow* connection holds ``conn_high`` bytes or more (``limit // 256``, at least 64 KiB): a producer
+  whose deliveries would go there (every local consumer of its address is on a slow connection, or any
+  one is for a multicast address) gets no credit until that connection is down to half of it;
+* over the whole ``limit``: every producer that may add to what is buffered waits: anonymous ones, the
+  data-in links of peer nodes, and those whose address has a consumer holding more than ``busy`` bytes
+  (two frames); producers whose consumers drain at once (their addresses keep their latency) do not; they
+  get credit again once the total is down to three quarters of the limit;
+* from half the ``limit`` on, a producer's credit window is an eighth of the link capacity, so that the
+  credit already given out (which the node cannot take back) adds less to the overshoot.
+
+A held producer is remembered (by connection, or as held for the total) and handed back to the ledger
+(`take_released`) when the reason is gone, so credit resumes without polling.
+"""
+
+from __future__ import annotations
+
+from router.defaults import MEMORY_LIMIT_MIN
+from router.forwarding.records import Address, Producer
+
+MIN_LIMIT = MEMORY_LIMIT_MIN        # the smallest budget a node accepts (`node.memory_limit`)
+DEFAULT_FRACTION = 4                # the default budget: a quarter of physical memory ...
+DEFAULT_FLOOR = 256 * 1024 * 1024   # ... at least 256 MiB ...
+DEFAULT_CAP = 2 * 1024 * 1024 * 1024   # ... and at most 2 GiB
+MIN_CONN_HIGH = 64 * 1024
+BUSY = 32 * 1024                    # a consumer connection holding more is not draining at once
+
+
+def default_limit(physical: int | None) -> int:
+    """The budget for a machine with `physical` bytes of memory (None: unknown, the floor)."""
+    if not physical:
+        return DEFAULT_FLOOR
+    return max(DEFAULT_FLOOR, min(DEFAULT_CAP, physical // DEFAULT_FRACTION))
+
+
+class MemoryBudget:
+    """Bytes buffered per connection (as the adapter reports them) and the credit decisions they lead to."""
+
+    def __init__(self, limit: int, conn_high: int | None = None) -> None:
+        self.limit = limit
+        self.conn_high = conn_high if conn_high is not None else max(MIN_CONN_HIGH, limit // 256)
+        self.conn_low = self.conn_high // 2
+        self.total = 0                                  # bytes buffered over every connection
+        self.peak = 0                                   # the highest total seen
+        self.buffered: dict[object, int] = {}           # connection -> bytes it holds (> 0 only)
+        self.waiting: dict[object, set[Producer]] = {}  # slow connection -> producers held for it
+        self.held_total: set[Producer] = set()          # producers held while the total is over the limit
+        self.released: list[Producer] = []              # producers to give credit again
+        self.holds_count = 0                            # credit top-ups refused (a counter for stat)
+        self._over = False
+
+    # ---- what the adapter reports ---------------------------------------------------------------------
+    def report(self, conn: object, nbytes: int) -> None:
+        """`conn` now buffers `nbytes` (its session and transport output, plus a paused stream's input)."""
+        old = self.buffered.get(conn, 0)
+        if nbytes == old:
+            return
+        if nbytes > 0:
+            self.buffered[conn] = nbytes
+        else:
+            del self.buffered[conn]
+        total = self.total = self.total + nbytes - old
+        if total > self.peak:
+            self.peak = total
+        if nbytes <= self.conn_low and conn in self.waiting:
+            self.released.extend(self.waiting.pop(conn))
+        if total >= self.limit:
+            self._over = True
+        elif self._over and total <= self.limit * 3 // 4:
+            self._over = False
+            if self.held_total:
+                self.released.extend(self.held_total)
+                self.held_total.clear()
+
+    def forget(self, conn: object) -> None:
+        """`conn` is gone: its bytes no longer count; producers held for it may go on."""
+        self.report(conn, 0)
+        held = self.waiting.pop(conn, None)
+        if held:
+            self.released.extend(held)
+
+    # ---- what the credit ledger asks ------------------------------------------------------------------
+    @property
+    def over(self) -> bool:
+        """The total reached the limit (and has not yet come back down to three quarters of it)."""
+        return self._over
+
+    def window(self, capacity: int) -> int:
+        """The most credit a producer may hold now: the link capacity, an eighth of it from half the limit."""
+        if self.total * 2 >= self.limit:
+            return max(1, capacity // 8)
+        return capacity
+
+    def holds(self, p: Producer) -> bool:
+        """Whether `p` must wait for credit now (it is remembered and released when it may go on)."""
+        if self.buffered:
+            a = p.address
+            if a is not None and a.consumers:
+                slow = self._slow_conn(a)
+                if slow is not None:
+                    self.waiting.setdefault(slow, set()).add(p)
+                    self.holds_count += 1
+                    return True
+            if self._over and (p.router or a is None or self._busy(a)):
+                self.held_total.add(p)
+                self.holds_count += 1
+                return True
+        return False
+
+    def take_released(self) -> list[Producer]:
+        """Producers whose reason to wait is gone, since the last call."""
+        out, self.released = self.released, []
+        return out
+
+    def drop(self, p: Producer) -> None:
+        """`p` is gone (detached): hold it no more."""
+        self.held_total.discard(p)
+        for held in self.waiting.values():
+            held.discard(p)
+
+    # ---- helpers --------------------------------------------------------------------------------------
+    def _slow_conn(self, a: Address) -> object | None:
+        """The slow connection that holds `a`'s producers back, if any: every consumer's is slow, or
+        (multicast) any one's."""
+        high, buffered = self.conn_high, self.buffered
+        slow = None
+        for c in a.consumers:
+            if buffered.get(c.conn, 0) >= high:
+                if a.multicast:
+                    return c.conn
+                slow = c.conn
+            elif not a.multicast:
+                return None
+        return slow if not a.remote else None
+
+    def _busy(self, a: Address) -> bool:
+        buffered = self.buffered
+        return any(buffered.get(c.conn, 0) > BUSY for c in a.consumers)
+
+    def snapshot(self) -> dict:
+        """For management and logs."""
+        return {"memory_limit": self.limit, "buffered_bytes": self.total, "buffered_peak": self.peak,
+                "slow_connections": sum(1 for n in self.buffered.values() if n >= self.conn_high),
+                "held_producers": len(self.held_total) + sum(len(s) for s in self.waiting.values()),
+                "credit_holds": self.holds_count}

@@ -1,0 +1,159 @@
+"""The node-wide memory budget (router.forwarding.budget) driving the forwarding core's credit decisions."""
+
+import random
+
+from router.addressing import AddressRules
+from router.forwarding.budget import (
+    DEFAULT_CAP,
+    DEFAULT_FLOOR,
+    MIN_CONN_HIGH,
+    MemoryBudget,
+    default_limit,
+)
+from router.forwarding.core import RouterCore
+
+MiB = 1024 * 1024
+
+
+def make_core(limit=64 * MiB, capacity=64):
+    rules = AddressRules([("mc", "multicast")], default="balanced")
+    core = RouterCore("A", rules, capacity, rng=random.Random(1))
+    budget = core.ledger.budget = MemoryBudget(limit)
+    return core, budget
+
+
+def grants(core):
+    g, _d = core.take_credit_actions()
+    return {p.handle: n for p, n in g}
+
+
+def flood(core, p, c, n):
+    """`n` pre-settled deliveries from `p` to `c` (credit comes back at once)."""
+    for _ in range(n):
+        core.arrived(p)
+        core.sent_presettled(p, (c,))
+
+
+def test_default_limit_is_a_quarter_of_memory_within_floor_and_cap():
+    assert default_limit(None) == DEFAULT_FLOOR
+    assert default_limit(512 * MiB) == DEFAULT_FLOOR
+    assert default_limit(4096 * MiB) == 1024 * MiB
+    assert default_limit(64 * 1024 * MiB) == DEFAULT_CAP
+
+
+def test_producer_of_a_slow_consumer_waits_and_resumes_when_it_drains():
+    core, budget = make_core()
+    p = core.add_producer("p", "prod-conn", "q")
+    c = core.add_consumer("c", "slow", "q")
+    core.consumer_credit(c, 10_000)
+    assert grants(core) == {"p": 64}
+    budget.report("slow", budget.conn_high)          # its socket is full: bytes wait in the node
+    flood(core, p, c, 64)
+    assert grants(core) == {}                        # held: no credit, nothing dropped
+    assert budget.snapshot()["held_producers"] == 1
+    budget.report("slow", budget.conn_low + 1)       # draining, not yet down to half
+    assert grants(core) == {}
+    budget.report("slow", budget.conn_low)
+    assert grants(core) == {"p": 64}                 # released without anything else happening
+
+
+def test_other_addresses_keep_their_credit_over_the_limit():
+    core, budget = make_core(limit=16 * MiB)
+    slow_p = core.add_producer("slow-p", "pc1", "slow-q")
+    fast_p = core.add_producer("fast-p", "pc2", "canary")
+    slow_c = core.add_consumer("slow-c", "slow", "slow-q")
+    fast_c = core.add_consumer("fast-c", "fast", "canary")
+    core.consumer_credit(slow_c, 10_000)
+    core.consumer_credit(fast_c, 10_000)
+    grants(core)
+    budget.report("slow", 17 * MiB)                  # over the whole budget
+    assert budget.over
+    flood(core, slow_p, slow_c, 64)
+    flood(core, fast_p, fast_c, 64)
+    g = grants(core)
+    assert "slow-p" not in g
+    assert g["fast-p"] == 8                          # the canary goes on, with an eighth of the window
+
+
+def test_over_the_limit_anonymous_and_peer_producers_wait_until_three_quarters():
+    core, budget = make_core(limit=16 * MiB)
+    anon = core.add_producer("anon", "pc", None)
+    peer = core.add_router_producer("peer", "rc", "B")
+    grants(core)
+    budget.report("x", 8 * MiB)
+    budget.report("y", 8 * MiB)                      # total 16 MiB: at the limit, no connection alone
+    for _ in range(64):
+        core.arrived(anon)                           # it used its whole window
+    core.ledger.grant.update((anon, peer))
+    assert grants(core) == {}
+    budget.report("x", 5 * MiB)                      # 13 MiB: still over three quarters
+    assert grants(core) == {}
+    budget.report("x", 4 * MiB)                      # 12 MiB: released
+    assert grants(core) == {"anon": 8}               # an eighth of the window (the total is over half);
+    # the peer's link still holds more than that of what it was given before
+
+
+def test_multicast_waits_for_its_slowest_consumer():
+    core, budget = make_core()
+    p = core.add_producer("p", "pc", "mc/t")
+    for i, conn in enumerate(("fast", "slow")):
+        c = core.add_consumer(f"c{i}", conn, "mc/t")
+        core.consumer_credit(c, 1000)
+    grants(core)
+    budget.report("slow", budget.conn_high)
+    core.arrived(p)
+    core.sent_presettled(p, tuple(core.addresses["mc/t"].consumers))
+    assert grants(core) == {}
+
+
+def test_anycast_with_one_fast_consumer_is_not_held():
+    core, budget = make_core()
+    p = core.add_producer("p", "pc", "q")
+    for i, conn in enumerate(("fast", "slow")):
+        core.consumer_credit(core.add_consumer(f"c{i}", conn, "q"), 1000)
+    grants(core)
+    budget.report("slow", 10 * budget.conn_high)
+    flood(core, p, core.addresses["q"].consumers[0], 64)
+    assert grants(core) == {"p": 64}                 # the fast consumer takes its deliveries
+
+
+def test_a_slow_connection_that_goes_releases_its_producers():
+    core, budget = make_core()
+    p = core.add_producer("p", "pc", "q")
+    c = core.add_consumer("c", "slow", "q")
+    core.consumer_credit(c, 1000)
+    grants(core)
+    budget.report("slow", budget.conn_high)
+    flood(core, p, c, 64)
+    assert grants(core) == {}
+    budget.forget("slow")                            # the consumer's connection closed
+    assert budget.total == 0
+    core.remove_consumer(c)
+    c2 = core.add_consumer("c2", "other", "q")
+    core.consumer_credit(c2, 1000)
+    assert grants(core) == {"p": 64}
+
+
+def test_a_held_producer_that_detaches_is_forgotten():
+    core, budget = make_core()
+    p = core.add_producer("p", "pc", "q")
+    c = core.add_consumer("c", "slow", "q")
+    core.consumer_credit(c, 1000)
+    grants(core)
+    budget.report("slow", budget.conn_high)
+    flood(core, p, c, 64)
+    grants(core)
+    core.remove_producer(p)
+    assert budget.snapshot()["held_producers"] == 0
+    budget.report("slow", 0)
+    assert grants(core) == {}
+
+
+def test_connection_threshold_follows_the_limit():
+    assert MemoryBudget(16 * MiB).conn_high == MIN_CONN_HIGH
+    assert MemoryBudget(1024 * MiB).conn_high == 4 * MiB
+    b = MemoryBudget(16 * MiB)
+    b.report("a", 3 * MiB)
+    b.report("b", 6 * MiB)
+    b.report("a", 1 * MiB)
+    assert (b.total, b.peak) == (7 * MiB, 9 * MiB)
