@@ -138,6 +138,19 @@ class Engine:
     @budget.setter
     def budget(self, budget: MemoryBudget | None) -> None:
         self.core.ledger.budget = budget
+        if budget is not None:
+            budget.size_of = self._delivery_size
+
+    def _delivery_size(self, conn: Connection) -> int:
+        """The mean size of what `conn` sent per delivery so far (bytes read over its producers'
+        deliveries; frames other than transfers count too, so it errs on the large side), 0: none yet."""
+        links = self.links
+        n = 0
+        for link in conn.links:
+            rec = links.get(link)
+            if rec is not None and rec.__class__ is Producer:
+                n += rec.delivered
+        return conn.bytes_in // n if n else 0
 
     @property
     def paused(self) -> bool:

@@ -3,9 +3,10 @@
 Sans-IO. The node forwards without queueing, but bytes still wait inside it: a delivery sent to a
 consumer whose socket is slow sits in that connection's session and transport output until the peer reads
 it, and a streamed message paused for a slow consumer sits in its producer's session. The adapter reports
-those bytes per connection (`report(conn, nbytes)`, after it wrote the connection, or when a paused stream
-holds input); the credit ledger asks `holds(producer)` before it tops a producer up, and `window(capacity)`
-for how much credit a producer may hold at most. Nothing is ever dropped: producers are slowed.
+those bytes per connection (`report(conn, nbytes)`, after it wrote the connection; a paused stream's
+input counts there too); the credit ledger asks `holds(producer)` before it tops a producer up, and
+`window(capacity, producer)` for how much credit a producer may hold at most. Nothing is ever dropped:
+producers are slowed.
 
 The rules, with ``limit`` the budget in bytes:
 
@@ -16,14 +17,18 @@ The rules, with ``limit`` the budget in bytes:
   data-in links of peer nodes, and those whose address has a consumer holding more than ``busy`` bytes
   (two frames); producers whose consumers drain at once (their addresses keep their latency) do not; they
   get credit again once the total is down to three quarters of the limit;
-* from half the ``limit`` on, a producer's credit window is an eighth of the link capacity, so that the
-  credit already given out (which the node cannot take back) adds less to the overshoot.
+* credit is sized in bytes too: a producer may hold at most its share of half the ``limit`` (divided by
+  the number of producer links), in deliveries of its connection's mean size (the adapter's estimate,
+  `size_of`), and an eighth of that from half the ``limit`` on. Credit already given cannot be taken
+  back, so this bounds what the producers can add before a hold takes effect: half the limit in all.
 
 A held producer is remembered (by connection, or as held for the total) and handed back to the ledger
 (`take_released`) when the reason is gone, so credit resumes without polling.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from router.defaults import MEMORY_LIMIT_MIN
 from router.forwarding.records import Address, Producer
@@ -58,6 +63,10 @@ class MemoryBudget:
         self.released: list[Producer] = []              # producers to give credit again
         self.holds_count = 0                            # credit top-ups refused (a counter for stat)
         self._over = False
+        # the adapter's estimate of the mean delivery size on a connection (bytes; 0: not known yet)
+        self.size_of: Callable[[object], int] = lambda conn: 0
+        self._sizes: dict[object, int] = {}             # size_of per connection, for one round
+        self._producers = 1
 
     # ---- what the adapter reports ---------------------------------------------------------------------
     def report(self, conn: object, nbytes: int) -> None:
@@ -95,11 +104,25 @@ class MemoryBudget:
         """The total reached the limit (and has not yet come back down to three quarters of it)."""
         return self._over
 
-    def window(self, capacity: int) -> int:
-        """The most credit a producer may hold now: the link capacity, an eighth of it from half the limit."""
+    def start_round(self, producers: int) -> None:
+        """A round of credit decisions begins, with `producers` producer links on the node."""
+        self._producers = max(1, producers)
+        self._sizes.clear()
+
+    def window(self, capacity: int, p: Producer) -> int:
+        """The most credit `p` may hold now: its share of half the limit in bytes (an eighth of that
+        while the node buffers half its limit or more), in deliveries of its connection's mean size;
+        at least 1, at most `capacity`."""
+        share = self.limit // 2 // self._producers
         if self.total * 2 >= self.limit:
-            return max(1, capacity // 8)
-        return capacity
+            share //= 8
+        conn = p.conn
+        size = self._sizes.get(conn)
+        if size is None:
+            size = self._sizes[conn] = self.size_of(conn)
+        if size <= 0:
+            return capacity
+        return max(1, min(capacity, share // size))
 
     def holds(self, p: Producer) -> bool:
         """Whether `p` must wait for credit now (it is remembered and released when it may go on)."""

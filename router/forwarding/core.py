@@ -90,6 +90,7 @@ class RouterCore(Settlement):
                  rng: random.Random | None = None, backlog: Backlog | None = None,
                  backlog_limit: int = 32, policy: Policy | None = None) -> None:
         super().__init__(node_id, rules, CreditLedger(capacity), rng)
+        self.ledger.producers = self.producers       # the memory budget shares credit among them
         self.capacity = capacity
         # backlog(consumer.handle) -> deliveries handed to that link but not yet on the wire; a consumer
         # with a backlog over the limit is skipped while another consumer can take the delivery

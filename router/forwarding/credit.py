@@ -32,8 +32,9 @@ from router.forwarding.records import Address, Producer
 class CreditLedger:
     """Producers whose credit may need topping up or draining, and the rule that decides how much."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, producers: set[Producer] | None = None) -> None:
         self.capacity = capacity
+        self.producers = producers if producers is not None else set()   # every producer link (the core's)
         self.grant: set[Producer] = set()       # producers whose credit may need topping up
         self.drain: set[Producer] = set()       # producers to drain (address lost its consumers)
         self.budget: MemoryBudget | None = None  # the node's memory budget, if any
@@ -68,12 +69,12 @@ class CreditLedger:
         """Credit to flow to producers `(producer, amount)` and producers to drain, since the last call."""
         grants: list[tuple[Producer, int]] = []
         budget = self.budget
-        cap = self.capacity
+        capacity = cap = self.capacity
         if budget is not None:
             released = budget.take_released()
             if released:
                 self.grant.update(released)
-            cap = budget.window(cap)
+            budget.start_round(len(self.producers))
         if self.grant:
             low = cap // 2
             batch = max(1, cap // 8)
@@ -83,8 +84,12 @@ class CreditLedger:
                 a = p.address
                 if a is not None and not a.ready:
                     continue
-                if budget is not None and budget.holds(p):
-                    continue
+                if budget is not None:
+                    if budget.holds(p):
+                        continue
+                    cap = budget.window(capacity, p)
+                    low = cap // 2
+                    batch = max(1, cap // 8)
                 give = cap - p.credit if p.router else cap - p.in_flight - p.credit
                 if p.draining:
                     # a consumer is back: any FLOW (even of 0 credit) ends the drain we asked for

@@ -26,7 +26,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
         "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd", "readsDeferred",
-        "controlQueued"),
+        "controlQueued", "memoryLimit", "bufferedBytes", "bufferedPeak", "slowConnections", "heldProducers",
+        "creditHolds"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -147,6 +148,7 @@ class NodeEntities:
             "connectionsRefusedNoFd": server.fd_refused,
             "readsDeferred": server.reads_deferred,
             "controlQueued": server.mesh.queued,
+            **_budget(engine.budget),
         }
 
     # ---- connections -------------------------------------------------------------------------------------
@@ -377,3 +379,11 @@ def _fields(obj: object) -> Iterator[tuple[str, Any]]:
         elif isinstance(value, tuple | frozenset | set):
             value = list(value)
         yield f.name, value
+
+
+def _budget(budget: Any) -> dict[str, Any]:
+    """The memory budget's figures (router.forwarding.budget) as node attributes."""
+    snap = budget.snapshot() if budget is not None else {}
+    return {"memoryLimit": snap.get("memory_limit"), "bufferedBytes": snap.get("buffered_bytes", 0),
+            "bufferedPeak": snap.get("buffered_peak", 0), "slowConnections": snap.get("slow_connections", 0),
+            "heldProducers": snap.get("held_producers", 0), "creditHolds": snap.get("credit_holds", 0)}

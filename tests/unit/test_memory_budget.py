@@ -72,7 +72,7 @@ def test_other_addresses_keep_their_credit_over_the_limit():
     flood(core, fast_p, fast_c, 64)
     g = grants(core)
     assert "slow-p" not in g
-    assert g["fast-p"] == 8                          # the canary goes on, with an eighth of the window
+    assert g["fast-p"] == 64                         # the canary goes on
 
 
 def test_over_the_limit_anonymous_and_peer_producers_wait_until_three_quarters():
@@ -89,8 +89,7 @@ def test_over_the_limit_anonymous_and_peer_producers_wait_until_three_quarters()
     budget.report("x", 5 * MiB)                      # 13 MiB: still over three quarters
     assert grants(core) == {}
     budget.report("x", 4 * MiB)                      # 12 MiB: released
-    assert grants(core) == {"anon": 8}               # an eighth of the window (the total is over half);
-    # the peer's link still holds more than that of what it was given before
+    assert grants(core) == {"anon": 64}              # the peer's link still had its whole window
 
 
 def test_multicast_waits_for_its_slowest_consumer():
@@ -157,3 +156,26 @@ def test_connection_threshold_follows_the_limit():
     b.report("b", 6 * MiB)
     b.report("a", 1 * MiB)
     assert (b.total, b.peak) == (7 * MiB, 9 * MiB)
+
+
+def test_credit_is_sized_in_bytes_and_shrinks_from_half_the_limit():
+    core, budget = make_core(limit=16 * MiB, capacity=250)
+    budget.size_of = lambda conn: 16 * 1024          # the adapter's estimate: 16 KiB per delivery
+    ps = [core.add_producer(f"p{i}", f"pc{i}", f"q{i}") for i in range(8)]
+    for i in range(8):
+        core.consumer_credit(core.add_consumer(f"c{i}", f"cc{i}", f"q{i}"), 1000)
+    # half the limit shared by 8 producers: 1 MiB each, 64 deliveries of 16 KiB (not the 250 of the link)
+    assert grants(core) == {f"p{i}": 64 for i in range(8)}
+    budget.report("elsewhere", 8 * MiB)              # half the limit is buffered: an eighth of that
+    for p in ps:
+        for _ in range(64):
+            core.arrived(p)
+        core.sent_presettled(p, (core.addresses[p.address.key].consumers[0],))
+    assert grants(core) == {f"p{i}": 8 for i in range(8)}
+    budget.size_of = lambda conn: 4 * 1024 * 1024    # one delivery is more than its share: still one
+    budget.report("elsewhere", 0)
+    for p in ps:
+        for _ in range(8):
+            core.arrived(p)
+        core.ledger.grant.add(p)
+    assert grants(core) == {f"p{i}": 1 for i in range(8)}
