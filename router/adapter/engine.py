@@ -140,6 +140,7 @@ class Engine:
         self.core.ledger.budget = budget
         if budget is not None:
             budget.size_of = self._delivery_size
+            budget.exempt = lambda p: p.conn.internal      # management's agent, the broker gateways
 
     def _delivery_size(self, conn: Connection) -> int:
         """The mean size of what `conn` sent per delivery so far (bytes read over its producers'

@@ -12,15 +12,23 @@ The rules, with ``limit`` the budget in bytes:
 
 * a *slow* connection holds ``conn_high`` bytes or more (``limit // 256``, at least 64 KiB): a producer
   whose deliveries would go there (every local consumer of its address is on a slow connection, or any
-  one is for a multicast address) gets no credit until that connection is down to half of it;
-* over the whole ``limit``: every producer that may add to what is buffered waits: anonymous ones, the
-  data-in links of peer nodes, and those whose address has a consumer holding more than ``busy`` bytes
-  (two frames); producers whose consumers drain at once (their addresses keep their latency) do not; they
-  get credit again once the total is down to three quarters of the limit;
+  one is for a multicast address; for an anonymous producer, the address of its last delivery) gets no
+  credit until that connection is down to half of it;
+* over the whole ``limit``: every producer that may add to what is buffered waits: the data-in links of
+  peer nodes (they carry every address; a peer's producers are held on that node in turn), and those
+  whose address has a consumer holding more than ``busy`` bytes (two frames); producers whose consumers
+  drain at once (their addresses keep their latency) do not; they get credit again once the total is
+  down to three quarters of the limit;
+* the node's own in-process clients (management's agent, the broker gateways) are never held (`exempt`).
 * credit is sized in bytes too: a producer may hold at most its share of half the ``limit`` (divided by
   the number of producer links), in deliveries of its connection's mean size (the adapter's estimate,
   `size_of`), and an eighth of that from half the ``limit`` on. Credit already given cannot be taken
   back, so this bounds what the producers can add before a hold takes effect: half the limit in all.
+
+Streamed messages count as they wait: a paused one's bytes are in its producer's session (incoming, up
+to the session's capacity) and its consumer's (outgoing); over the limit a stream pauses as soon as its
+consumer holds more than ``busy`` bytes (`stream_high_water`), so that it moves on only to consumers that
+drain.
 
 A held producer is remembered (by connection, or as held for the total) and handed back to the ledger
 (`take_released`) when the reason is gone, so credit resumes without polling.
@@ -67,6 +75,8 @@ class MemoryBudget:
         self.size_of: Callable[[object], int] = lambda conn: 0
         self._sizes: dict[object, int] = {}             # size_of per connection, for one round
         self._producers = 1
+        # producers never held (the adapter's: the node's own in-process clients, such as management's)
+        self.exempt: Callable[[Producer], bool] = lambda p: False
 
     # ---- what the adapter reports ---------------------------------------------------------------------
     def report(self, conn: object, nbytes: int) -> None:
@@ -124,17 +134,22 @@ class MemoryBudget:
             return capacity
         return max(1, min(capacity, share // size))
 
+    def stream_high_water(self, default: int) -> int:
+        """Bytes a streamed message's consumer may hold before the stream pauses: `default`, or only
+        ``BUSY`` while the node is over its limit (a stream then moves on only to consumers that drain)."""
+        return BUSY if self._over else default
+
     def holds(self, p: Producer) -> bool:
         """Whether `p` must wait for credit now (it is remembered and released when it may go on)."""
-        if self.buffered:
-            a = p.address
+        if self.buffered and not self.exempt(p):
+            a = p.address if p.address is not None else p.last
             if a is not None and a.consumers:
                 slow = self._slow_conn(a)
                 if slow is not None:
                     self.waiting.setdefault(slow, set()).add(p)
                     self.holds_count += 1
                     return True
-            if self._over and (p.router or a is None or self._busy(a)):
+            if self._over and (p.router or (a is not None and self._busy(a))):
                 self.held_total.add(p)
                 self.holds_count += 1
                 return True

@@ -260,6 +260,7 @@ class RouterCore(Settlement):
         consumer to send it to now (the common decision, returned as is), or a `Routing` for anything
         else (decisions.py). It used one of `p`'s credits; it is counted (ingress / egress / transit)
         when it has somewhere to go. An address served by other nodes is routed by `route_mesh`."""
+        p.last = a          # where an anonymous producer's deliveries go (router.forwarding.budget)
         if a is not None and a.remote:
             return self.route_mesh(p, a, presettled)
         p.credit -= 1

@@ -121,3 +121,38 @@ def test_slow_consumers_hold_producers_within_the_budget(budget_node):
         seqs = [int.from_bytes(m.raw[-4:], "big") for m in r.received]
         assert seqs == list(range(PER_PRODUCER)), "lost, duplicated or reordered"
     assert _node_figures(node)["droppedPresettledDeliveries"] == 0
+
+
+STREAMS = 4
+STREAM_SIZE = 12 * MiB
+STREAM_LIMIT = 16 * MiB
+
+
+def test_streamed_messages_paused_for_stalled_consumers_count_in_the_budget(node_factory):
+    """Large messages are streamed frame by frame and pause on a consumer that does not read: what waits
+    then (in the consumer's session and output, and the rest of the message in the producer's session,
+    up to its 8 MiB window) counts in the budget. Four of them put a node over its 16 MiB: a new producer
+    for one of those consumers gets no credit, while a canary address keeps flowing; once the consumers
+    read again every message arrives whole and the new producer gets its credit."""
+    node = node_factory("A", extra={"node": {"memory_limit": STREAM_LIMIT}})
+    consumers = [_stalled_consumer(node.url, f"closest/big/{i}") for i in range(STREAMS)]
+    bodies = [bytes([65 + i]) * STREAM_SIZE for i in range(STREAMS)]
+    senders = [Client(node.url).sender(f"closest/big/{i}") for i in range(STREAMS)]
+    trackers = [s.send(make_message(bodies[i])) for i, s in enumerate(senders)]
+    wait_until(lambda: _node_figures(node)["bufferedBytes"] >= STREAM_LIMIT, 20,
+               lambda: f"the paused streams over the budget: {_node_figures(node)}")
+    assert not any(t.settled for t in trackers), "a stalled consumer cannot have settled a whole message"
+    another = Client(node.url).sender("closest/big/0")
+    pump_for(1.0)
+    assert another.link.credit == 0, f"a producer of a stalled consumer got credit: {_node_figures(node)}"
+    canary_r = Client(node.url).receiver("closest/canary", credit=10)
+    canary_p = Client(node.url).sender("closest/canary")
+    canary_p.send(make_message("ping"))
+    canary_r.wait_messages(1, timeout=5)
+    for c, _r in consumers:
+        c.paused = False
+    wait_until(lambda: all(t.settled for t in trackers), 60, "every streamed message settled")
+    for i, (_c, r) in enumerate(consumers):
+        assert len(r.received) == 1 and r.received[0].body == bodies[i]
+    assert [t.outcome for t in trackers] == ["ACCEPTED"] * STREAMS
+    another.wait_credit(1)

@@ -75,21 +75,40 @@ def test_other_addresses_keep_their_credit_over_the_limit():
     assert g["fast-p"] == 64                         # the canary goes on
 
 
-def test_over_the_limit_anonymous_and_peer_producers_wait_until_three_quarters():
+def test_over_the_limit_busy_anonymous_and_peer_producers_wait_until_three_quarters():
     core, budget = make_core(limit=16 * MiB)
-    anon = core.add_producer("anon", "pc", None)
+    busy_c = core.add_consumer("busy-c", "busy", "q-busy")
+    fast_c = core.add_consumer("fast-c", "fast", "q-fast")
+    core.consumer_credit(busy_c, 1000)
+    core.consumer_credit(fast_c, 1000)
+    to_busy = core.add_producer("to-busy", "pc1", None)
+    to_fast = core.add_producer("to-fast", "pc2", None)
     peer = core.add_router_producer("peer", "rc", "B")
     grants(core)
-    budget.report("x", 8 * MiB)
-    budget.report("y", 8 * MiB)                      # total 16 MiB: at the limit, no connection alone
-    for _ in range(64):
-        core.arrived(anon)                           # it used its whole window
-    core.ledger.grant.update((anon, peer))
+    for _ in range(64):                              # each uses its whole window
+        core.route(to_busy, core.addresses["q-busy"], True)
+        core.route(to_fast, core.addresses["q-fast"], True)
+    budget.report("busy", 48 * 1024)                 # not slow on its own (64 KiB), but not draining
+    budget.report("y", 16 * MiB)                     # the total at the limit
+    core.ledger.grant.update((to_busy, to_fast, peer))
+    assert grants(core) == {"to-fast": 64}           # its last deliveries went to a consumer that drains
+    budget.report("y", 13 * MiB)                     # still over three quarters
     assert grants(core) == {}
-    budget.report("x", 5 * MiB)                      # 13 MiB: still over three quarters
-    assert grants(core) == {}
-    budget.report("x", 4 * MiB)                      # 12 MiB: released
-    assert grants(core) == {"anon": 64}              # the peer's link still had its whole window
+    budget.report("y", 12 * MiB - 48 * 1024)         # 12 MiB: released
+    assert grants(core) == {"to-busy": 64}           # the peer's link still had its whole window
+    assert not budget.over
+
+
+def test_the_nodes_own_clients_are_never_held():
+    core, budget = make_core()
+    budget.exempt = lambda p: p.conn == "internal"
+    p = core.add_producer("agent", "internal", "q")
+    c = core.add_consumer("c", "slow", "q")
+    core.consumer_credit(c, 1000)
+    grants(core)
+    budget.report("slow", budget.conn_high)
+    flood(core, p, c, 64)
+    assert grants(core) == {"agent": 64}
 
 
 def test_multicast_waits_for_its_slowest_consumer():
