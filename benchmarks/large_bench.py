@@ -6,6 +6,7 @@ processes the suite uses; topologies/four-node.yaml's edges and address rules) a
 
     .venv/bin/python benchmarks/large_bench.py repro --runs 50            # C->B and A->B, fresh meshes
     .venv/bin/python benchmarks/large_bench.py hol --rounds 3             # RPC p50/p99 beside 100 MB
+    .venv/bin/python benchmarks/large_bench.py hol --qdr                  # the same through qdrouterd
     .venv/bin/python benchmarks/large_bench.py rss --size-mb 1024         # node RSS while 1 GB crosses
     .venv/bin/python benchmarks/large_bench.py soak --minutes 10          # random sizes, both clients
 
@@ -175,11 +176,15 @@ def hol_round(client: Path, ingress: Any, send_url: str, recv_url: str, big_send
         time.sleep(0.5)
         t0 = time.monotonic()
         send = _js("send", big_send_url, big_addr, str(big_mb * MB), str(big_count))
-        streaming = _wait_streaming(ingress, 60)   # rhea encodes a message before its first frame
+        if ingress is None:                        # qdrouterd: no streamsInProgress to wait for
+            time.sleep(QDR_STREAM_START)
+            streaming = time.monotonic()
+        else:
+            streaming = _wait_streaming(ingress, 60)   # rhea encodes a message before its first frame
         beside = _result(_bench(client, "rpc-client", "--url", host_port(send_url), "--addr", rpc_addr,
                                 "--count", str(calls), "--warmup", "0"), 300)
         rpc_end = time.monotonic() - t0
-        still = node_state(ingress).streams > 0 and send.poll() is None
+        still = send.poll() is None and (ingress is None or node_state(ingress).streams > 0)
         sent = _js_result(send, 600)
         big_s = time.monotonic() - t0
         got = _js_result(recv, 120)
@@ -201,8 +206,14 @@ def _wait_streaming(node: Any, timeout: float) -> float:
     return time.monotonic()
 
 
+QDR_STREAM_START = 1.5     # s after rhea's sender starts: its first 100 MB message is streaming by then
+QDR_MESH4 = {n: f"amqp://127.0.0.1:{port}" for n, port in zip("ABCD", range(45701, 45705), strict=True)}
+
+
 def cmd_hol(a: argparse.Namespace) -> int:
     client = ensure_client(HARNESS)
+    if a.qdr:
+        return _hol_report(a, [_hol_qdr(a, client, r) for r in range(a.rounds)], "qdrouterd")
     rounds = []
     with tempfile.TemporaryDirectory(prefix="large-hol-") as tmp:
         nodes, made = start_mesh(Path(tmp))
@@ -224,13 +235,28 @@ def cmd_hol(a: argparse.Namespace) -> int:
             if failure:
                 print(failure)
 
+    return _hol_report(a, rounds, "meshrouter")
+
+
+def _hol_qdr(a: argparse.Namespace, client: Path, r: int) -> dict:
+    """One round through qdrouterd's four-node mesh (/work/shared/bench/qdr: `start_mesh.sh mesh4` first)."""
+    rpc_from, rpc_to = a.rpc.split(":")
+    big_from, big_to = a.big.split(":")
+    res = hol_round(client, None, QDR_MESH4[rpc_from], QDR_MESH4[rpc_to], QDR_MESH4[big_from],
+                    QDR_MESH4[big_to], a.calls, a.big_mb, a.big_count, r)
+    print(f"qdrouterd round {r + 1}: alone p99 {res['alone']['p99_us']:.0f} us; beside p99 "
+          f"{res['beside']['p99_us']:.0f} us; overlapped={res['overlapped']}", flush=True)
+    return res
+
+
+def _hol_report(a: argparse.Namespace, rounds: list[dict], router: str) -> int:
     def med(case: str, key: str) -> float:
         return statistics.median(r[case][key] for r in rounds)
-    print(f"\n| RPC C->B (sequential, {a.calls} calls) | p50 | p99 | max |\n|---|---|---|---|")
-    for case, label in (("alone", "alone"), ("beside", f"beside {a.big_count} x {a.big_mb} MB C->B")):
+    print(f"\n| {router}: RPC {a.rpc} (sequential, {a.calls} calls) | p50 | p99 | max |\n|---|---|---|---|")
+    for case, label in (("alone", "alone"), ("beside", f"beside {a.big_count} x {a.big_mb} MB {a.big}")):
         print(f"| {label} | {med(case, 'p50_us') / 1000:.2f} ms | {med(case, 'p99_us') / 1000:.2f} ms | "
               f"{med(case, 'max_us') / 1000:.2f} ms |")
-    print("saved", save("hol", {"rounds": rounds}))
+    print("saved", save("hol", {"router": router, "rounds": rounds}))
     return 0
 
 
@@ -384,6 +410,8 @@ def main(argv: list[str]) -> int:
     h.add_argument("--big-count", type=int, default=5)
     h.add_argument("--rpc", default="C:B", help="RPC client's node:server's node")
     h.add_argument("--big", default="C:B", help="large messages' sender's node:receiver's node")
+    h.add_argument("--qdr", action="store_true",
+                   help="through qdrouterd's mesh4 (start it: ../shared/bench/qdr/start_mesh.sh mesh4)")
     s = sub.add_parser("rss", help="node RSS while one large message crosses one node and one hop")
     s.add_argument("--size-mb", type=int, default=1024)
     s.add_argument("--client", choices=("rhea", "proton"), default="rhea",

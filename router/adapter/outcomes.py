@@ -30,7 +30,7 @@ from cproton_ffi.lib import (
     pn_disposition_set_undeliverable,
 )
 
-from router.forwarding.records import MODIFIED, REJECTED
+from router.forwarding.records import ACCEPTED, MODIFIED, REJECTED
 
 
 def copy_outcome(src_dlv: object, dst_dlv: object, outcome: int) -> None:
@@ -155,3 +155,10 @@ def oversize(limit: int) -> Rejection:
 
 
 NO_TO = Rejection(b"amqp:precondition-failed", b"anonymous relay: the message has no readable 'to' address")
+
+# the node's own outcomes and rejections (router.adapter.deliveries and its mixins)
+ACCEPT = NodeOutcome(ACCEPTED)
+UNAUTHORIZED = b"amqp:unauthorized-access"
+BAD_SECTIONS = "malformed message: "     # the description of a rejection for sections out of order
+UNREADABLE = Rejection(b"amqp:decode-error", b"unreadable message or router annotations")
+NO_PROPERTIES = Rejection(b"amqp:decode-error", b"cannot read the message properties")

@@ -9,26 +9,14 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Container, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from router.linkstate.config import LinkStateConfig, due, within
-from router.linkstate.envelope import (
-    HELLO_ADDRESS,
-    MOBILE_ALL,
-    ROUTER_ALL,
-    LinkId,
-    Outgoing,
-    Scope,
-    classify,
-    mobile_address,
-    outgoing,
-    router_address,
-    unpack,
-)
+from router.linkstate.admission import Admission
+from router.linkstate.config import LinkStateConfig, due
+from router.linkstate.envelope import MOBILE_ALL, LinkId, Outgoing, Scope, unpack
 from router.linkstate.flood import FloodFilter, flood_key
-from router.linkstate.lsdb import LinkStateDb, RemoteNode, Verdict
+from router.linkstate.lsdb import LinkStateDb
 from router.linkstate.messages import (
     HELLO,
     LSR,
@@ -36,7 +24,6 @@ from router.linkstate.messages import (
     MAR,
     MAU,
     RA,
-    ControlMessage,
     ControlMessageError,
     Hello,
     LinkStateRequest,
@@ -44,24 +31,24 @@ from router.linkstate.messages import (
     MobileAddressRequest,
     MobileAddressUpdate,
     RouterAdvertisement,
-    UnsupportedVersionError,
     parse,
-    short,
 )
 from router.linkstate.mobile import HINT_BALANCED, MAU_CHUNK, Applied, LocalAddresses, RemoteAddresses
 from router.linkstate.neighbors import NeighborChange, NeighborTable
-from router.linkstate.paths import Routes, Topology, compute_routes, to_networkx, valid_origins
+from router.linkstate.paths import Routes, Topology, compute_routes
+from router.linkstate.sending import Sending
+from router.linkstate.views import EngineViews
 from router.logs import LogOnce
 
 if TYPE_CHECKING:        # networkx is imported only when a graph is exported (saves ~80 ms of start-up)
-    import networkx as nx
+    pass
 
 log = logging.getLogger("router.linkstate")
 _IN = {opcode: f"in_{opcode}" for opcode in (HELLO, RA, LSR, LSU, MAU, MAR)}
 _CARRY_LS_SEQ = (RA, LSU)  # their handlers request the link state themselves, with the right seq
 
 
-class LinkStateEngine:
+class LinkStateEngine(EngineViews, Admission, Sending):
     """The control plane of one node: ``tick``/``handle``/``link_up``/``link_down`` return what to send."""
 
     def __init__(self, node_id: str, instance: int, config: LinkStateConfig | None = None) -> None:
@@ -249,116 +236,28 @@ class LinkStateEngine:
         """``address`` lost its last local destination."""
         self._local.remove(address)
 
-    # == views ============================================================================================
-    @property
-    def next_hops(self) -> Mapping[str, str]:
-        """Reachable node -> the neighbour to send to (a neighbour maps to itself on its direct link)."""
-        return MappingProxyType(self._routes.next_hop)
 
-    @property
-    def costs(self) -> Mapping[str, int]:
-        """Reachable node -> path cost."""
-        return MappingProxyType(self._routes.cost)
 
-    @property
-    def radius(self) -> int:
-        return self._routes.radius
 
-    @property
-    def reachable(self) -> frozenset[str]:
-        return frozenset(self._routes.next_hop)
 
-    @property
-    def valid_origins(self) -> Mapping[str, frozenset[str]]:
-        """Reachable node D -> origins whose shortest-path tree reaches D through this node (lazy)."""
-        if self._valid_origins is None:
-            self._valid_origins = valid_origins(self._topology.adjacency, self.node_id, self._routes.next_hop)
-        return MappingProxyType(self._valid_origins)
 
-    @property
-    def known_addresses(self) -> Mapping[str, frozenset[str]]:
-        """Mobile address -> ids of the *other* nodes having it (reachable or not: check ``reachable``); a
-        read-only view of the engine's index, not a copy."""
-        return self._remote.index()
 
-    def addresses_of(self, node: str) -> Mapping[str, int | None]:
-        """The mobile addresses ``node`` has, as held here (a copy): address -> hint."""
-        return self._remote.addresses_of(node)
 
-    def holders_of(self, address: str) -> tuple[str, ...]:
-        """Ids of the other nodes that have mobile ``address`` (reachable or not)."""
-        return self._remote.holders(address)
 
-    def address_changes_pending(self) -> bool:
-        """Whether `take_address_changes` would give anything (cheap: no set is made)."""
-        return self._remote.changes_pending()
 
-    def take_address_changes(self) -> set[str] | None:
-        """Mobile addresses whose holders changed since the last call (None on the first call: all), so
-        that a route table follows in O(changed addresses)."""
-        return self._remote.take_changed()
 
-    def address_hint(self, address: str) -> int | None:
-        """The MAU hint (treatment) other nodes gave ``address``."""
-        return self._remote.hint(address)
 
-    @property
-    def local_addresses(self) -> Mapping[str, int]:
-        """Our mobile addresses -> hint."""
-        return MappingProxyType(self._local.addresses)
 
-    @property
-    def neighbors(self) -> Mapping[str, LinkId]:
-        """Bidirectional neighbour -> the link it is bound to."""
-        return MappingProxyType(self._neighbors.bound_links())
 
-    def link_to(self, node: str) -> LinkId | None:
-        """The link to ``node``'s next hop on its computed path (a neighbour: its own link), else None."""
-        route = self._hops().get(node)
-        return None if route is None else route[1]
 
-    @property
-    def routes_epoch(self) -> int:
-        """Bumped when next hops, costs or neighbour links change."""
-        return self._routes_epoch
 
-    @property
-    def addresses_epoch(self) -> int:
-        """Bumped when ``known_addresses`` or hints change."""
-        return self._remote.epoch
 
-    @property
-    def ls_seq(self) -> int:
-        return self._lsdb.ls_seq
 
-    @property
-    def mobile_seq(self) -> int:
-        return self._local.seq
 
-    def graph(self) -> nx.DiGraph:
-        """The link-state graph as a networkx ``DiGraph`` (edge attribute ``cost``), built on each call."""
-        return to_networkx(self._topology.adjacency)
 
-    def remote_nodes(self) -> list[dict[str, Any]]:
-        """Every other node the link-state database knows: id, instance, ls_seq, mobile_seq, addresses."""
-        return [{"id": node.id, "instance": node.instance, "ls_seq": node.ls_seq,
-                 "mobile_seq": self._remote.seq_of(node.id),
-                 "addresses": self._remote.count_of(node.id)}
-                for node in sorted(self._lsdb.nodes.values(), key=lambda n: n.id)]
 
-    @property
-    def last_change(self) -> float:
-        """The clock time of the last topology change (-inf before the first)."""
-        return self._last_change
 
-    def link_state(self, node: str) -> Mapping[str, int] | None:
-        """The link state held for ``node`` (own included), None if unknown."""
-        peers = self._lsdb.peers_of(node)
-        return None if peers is None else MappingProxyType(peers)
 
-    def in_flux(self, now: float) -> bool:
-        """True within ``2 * ra_interval_flux`` of the last topology change."""
-        return within(now, self._last_change, self.config.flux_window)
 
     # == message handlers =================================================================================
     def _on_hello(self, msg: Hello, now: float, link_id: LinkId, out: list[Outgoing]) -> None:
@@ -405,90 +304,11 @@ class LinkStateEngine:
         if msg.have_seq < self._local.seq:
             self._send_absolute(msg.id, out, via=link_id)
 
-    # == internals ========================================================================================
-    def _classify(self, to: str | None) -> tuple[Scope, str | None]:
-        result = classify(to)
-        if len(self._scopes) < 1024:    # `to` comes from peers: a bounded cache of the usual ones
-            self._scopes[to] = result
-        return result
 
-    def _admit(self, msg: ControlMessage, now: float, out: list[Outgoing], request_ls: bool) -> bool:
-        """Learn the sender; check its instance (restart, stale message, duplicate id)."""
-        node = self._lsdb.nodes.get(msg.id)
-        if node is not None and node.instance == msg.instance:
-            return True  # the usual case
-        node, created = self._lsdb.learn(msg.id, now)
-        verdict = Verdict.SAME if node.instance == msg.instance else \
-            self._lsdb.observe_instance(node, msg.instance, now)
-        if verdict is Verdict.SAME and not created:
-            return True
-        if verdict is Verdict.STALE:
-            self.counters["stale_instance"] += 1
-            return False
-        if verdict is Verdict.DUPLICATE:
-            self.counters["duplicate_id"] += 1
-            self._warn.once(("duplicate", msg.id), logging.CRITICAL,
-                            "duplicate node id %s: instances %s and %s are both active", msg.id,
-                            node.instance, msg.instance)
-            return False
-        if verdict is Verdict.RESTART:
-            log.info("node %s restarted (instance %s)", msg.id, msg.instance)
-            self._lsdb.restart(node)
-            self._remote.flush(msg.id)
-            self._want_mar.discard(msg.id)
-            self._request_ls(node, 1, now, out)
-        elif created and request_ls:
-            self._request_ls(node, 1, now, out)
-        return True
 
-    def _impostor(self, msg: ControlMessage, link_id: LinkId) -> bool:
-        """The peer on `link_id` speaks for itself as node `msg.id`, with an instance other than the one of
-        node `msg.id` that is alive elsewhere (reachable through another neighbour, or a neighbour on
-        another link): an impostor (or a second process with the same id). Never a neighbour, never
-        routed to: its link is ignored from now on and closed by the adapter; logged once per id. A node
-        that really restarted lost its old links first, so it is not alive elsewhere any more (at most
-        one hello_max_age after, when it was reached through another node)."""
-        node = self._lsdb.nodes.get(msg.id)
-        if node is None or node.instance is None or node.instance == msg.instance:
-            return False
-        hop = self._routes.next_hop.get(msg.id)
-        if hop is None or (hop == msg.id and self._neighbors.link_of(msg.id) == link_id):
-            return False
-        self._impostor_links[link_id] = msg.id
-        self._impostors_to_close.append(link_id)
-        self.counters["impostor"] += 1
-        self._warn.once(("impostor", msg.id), logging.CRITICAL,
-                        "refusing a neighbour claiming to be node %s (instance %s): node %s is alive with "
-                        "instance %s; closing that inter-router connection", msg.id, msg.instance, msg.id,
-                        node.instance)
-        return True
 
-    def take_impostors(self) -> list[LinkId]:
-        """Links found to lead to an impostor since the last call: the adapter closes them."""
-        out, self._impostors_to_close = self._impostors_to_close, []
-        return out
 
-    def _own_id_seen(self, msg: ControlMessage) -> None:
-        if msg.instance == self.instance:
-            self.counters["own_echo"] += 1
-            return
-        self.counters["duplicate_id"] += 1
-        self._warn.once(("duplicate", self.node_id, msg.instance), logging.CRITICAL,
-                        "duplicate node id %s: another node (instance %s) uses our id (instance %s)",
-                        self.node_id, msg.instance, self.instance)
 
-    def _reject(self, err: ControlMessageError, link_id: LinkId) -> None:
-        if isinstance(err, UnsupportedVersionError):
-            self.counters["newer_version"] += 1
-            self._warn.once(("version", err.sender), logging.WARNING,
-                            "dropping control messages from %s: %s", _shown(err.sender), _cut(err.reason))
-            return
-        self.counters["malformed"] += 1
-        who = err.sender if err.sender is not None else ("link", link_id)
-        self._warn.once(("malformed", who), logging.WARNING,
-                        "dropping malformed control message from %s: %s",
-                        _shown(err.sender) if err.sender is not None else f"link {link_id!r}",
-                        _cut(err.reason))
 
     def _apply(self, changes: list[NeighborChange], now: float, out: list[Outgoing]) -> None:
         """Neighbour changes go into our own link state (published by the next commit)."""
@@ -574,121 +394,15 @@ class LinkStateEngine:
         its last flooded message (first-arrival tree, so loop-free) while no path is computed yet."""
         return (self._hop_table or self._hops()).get(node) or self._flood_parent.get(node)
 
-    def _forward(self, message: Mapping[str, Any], target: str, trace: Sequence[str]) -> list[Outgoing]:
-        """Transit: pass a message for ``target`` to our next hop toward it."""
-        link = self.route_control(target, trace)
-        if link is None:
-            return []
-        return [Outgoing({"to": message["to"], "opcode": message["opcode"], "body": message["body"],
-                          "trace": [*trace, self.node_id]}, (link,))]
-
-    def _flood_links(self, exclude: LinkId | None = None, trace: Sequence[str] = (),
-                     covered: Container[str] | None = None) -> tuple[LinkId, ...]:
-        """Links to flood on: every bound one but `exclude`'s and those to nodes in `trace` or `covered`.
-
-        `covered`: the neighbours of the message's origin, as its link state says. The origin floods to
-        them itself; if its link to one of them just went down, that node misses this update and catches
-        up through the sequence gap (MAR) or the next RA, as after a lost message."""
-        covered = covered or ()
-        return tuple([link for node, link in self._neighbors.bound_links().items()
-                      if link != exclude and node not in trace and node not in covered])
-
-    def _flood_out(self, address: str, opcode: str, body: dict[str, Any], out: list[Outgoing]) -> None:
-        links = self._flood_links()
-        if links:
-            out.append(outgoing(address, opcode, body, [self.node_id], links))
-
-    def _hello_on(self, links: tuple[LinkId, ...]) -> Outgoing:
-        return outgoing(HELLO_ADDRESS, HELLO, self._neighbors.hello().to_map(), [self.node_id], links)
-
-    def _send_ra(self, now: float, out: list[Outgoing]) -> None:
-        self._last_ra = now
-        body = RouterAdvertisement(self.node_id, self.instance, self._lsdb.ls_seq, self._local.seq).to_map()
-        self._flood_out(ROUTER_ALL, RA, body, out)
-
-    def _to_node(self, node: str, address: str, opcode: str, body: dict[str, Any], out: list[Outgoing],
-                 via: LinkId | None = None) -> bool:
-        route = self._control_route(node)
-        if route is not None:
-            link = route[1]
-        elif via is not None and self._neighbors.peer_on(via) == node:
-            link = via  # the requester is the peer on the link its request came on
-        else:
-            return False
-        message = {"to": address, "opcode": opcode, "body": body, "trace": [self.node_id]}
-        out.append(Outgoing(message, (link,)))
-        return True
-
-    def _request_ls(self, node: RemoteNode, want: int, now: float, out: list[Outgoing]) -> None:
-        """Send ``node`` an LSR (once per ``request_retry``), or wait until it is reachable."""
-        if self._want_lsr:
-            want = max(want, self._want_lsr.pop(node.id, 0))
-        if node.ls_seq >= want:
-            return
-        if node.lsr_seq >= want and not due(now, node.lsr_at, self.config.request_retry):
-            return
-        if self._to_node(node.id, router_address(node.id), LSR, self._lsr_body, out):
-            node.lsr_at, node.lsr_seq = now, want
-            self._awaiting_lsu.add(node.id)
-        else:
-            self._want_lsr[node.id] = want
-
-    def _request_ma(self, node: str, now: float, out: list[Outgoing]) -> None:
-        """Send ``node`` a MAR if we are behind it and none is outstanding, or wait until reachable."""
-        self._want_mar.discard(node)
-        if not self._remote.behind(node) or \
-                self._remote.request_outstanding(node, now, self.config.request_retry):
-            return
-        if not self._send_mar(node, now, out):
-            self._want_mar.add(node)
-
-    def _send_mar(self, node: str, now: float, out: list[Outgoing]) -> bool:
-        body = MobileAddressRequest(self.node_id, self.instance, self._remote.seq_of(node)).to_map()
-        if not self._to_node(node, mobile_address(node), MAR, body, out):
-            return False
-        self._remote.requested(node, now)
-        self._awaiting_mau.add(node)
-        return True
-
-    def _send_lsu(self, node: str, out: list[Outgoing], via: LinkId | None = None) -> None:
-        seq = self._lsdb.ls_seq
-        if self._lsu_cache is None or self._lsu_cache[0] != seq:
-            self._lsu_cache = seq, LinkStateUpdate(self.node_id, self.instance, self._lsdb.own_ls()).to_map()
-        if self._to_node(node, router_address(node), LSU, self._lsu_cache[1], out, via):
-            self._owe_lsu.discard(node)
-        else:
-            self._owe_lsu.add(node)
-
-    def _send_absolute(self, node: str, out: list[Outgoing], via: LinkId | None = None) -> None:
-        published = self._local.published()
-        body = MobileAddressUpdate(self.node_id, self.instance, self._local.seq, exist=tuple(published),
-                                   hints=tuple(published.values())).to_map()
-        if self._to_node(node, mobile_address(node), MAU, body, out, via):
-            self._owe_mau.discard(node)
-        else:
-            self._owe_mau.add(node)
-
-    def _flush_wants(self, now: float, out: list[Outgoing]) -> None:
-        """Send the requests and answers that waited for their node to become reachable."""
-        self._wants_due = False
-        for node_id in list(self._want_lsr):
-            node = self._lsdb.get(node_id)
-            if node is None:
-                del self._want_lsr[node_id]
-            else:
-                self._request_ls(node, 0, now, out)
-        for node_id in list(self._want_mar):
-            self._request_ma(node_id, now, out)
-        for node_id in list(self._owe_lsu):
-            self._send_lsu(node_id, out)
-        for node_id in list(self._owe_mau):
-            self._send_absolute(node_id, out)
 
 
-def _shown(sender: object) -> str:
-    """A peer-sent node id for a log line (ids of valid messages are short; a bad one may not be)."""
-    return sender if isinstance(sender, str) and len(sender) <= 80 else short(sender)
 
 
-def _cut(reason: str, limit: int = 300) -> str:
-    return reason if len(reason) <= limit else f"{reason[:limit]}... ({len(reason)} characters)"
+
+
+
+
+
+
+
+
