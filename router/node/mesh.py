@@ -20,7 +20,7 @@ from router.amqp.codec import MalformedError, Symbol
 from router.amqp.message import SectionTypeError, decode_message, encode_message
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
 from router.linkstate.messages import MAU, RA
-from router.logs import LogOnce
+from router.logs import LogOnce, cut
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ class MeshControl:
         self._send(self.ls.link_up(conn, peer.cost, self._clock()))
 
     def link_down(self, conn: object, peer: object) -> None:
-        log.info("inter-router connection to %s lost", peer.node_id)
+        log.info("inter-router connection to %s lost", cut(peer.node_id))
         self.pending = True
         if self._waiting.pop(conn, 0):      # what it sent and we did not handle yet goes with it
             self._inbox = deque(item for item in self._inbox if item[0] is not conn)
@@ -159,7 +159,7 @@ class MeshControl:
                 self._close(link)
 
     def _dropped(self, conn: object, exc: ControlMessageError) -> None:
-        self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", exc)
+        self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", cut(exc, 400))
 
     def heard(self, conn: object) -> None:
         """The inter-router connection `conn` delivered input: its peer is alive."""
