@@ -235,7 +235,9 @@ def main() -> int:
             out["held_max"] = held_max
             sent: dict[str, int] = {}
             for pp, pipe in producers:
-                sent.update(pipe.recv() if pipe.poll(args.seconds + 30) else {})
+                if not pipe.poll(600):
+                    raise SystemExit("memory_bench: a producer process did not report")
+                sent.update(pipe.recv())
                 pp.join(10)
             t_load = time.monotonic()
             out["canary"] = canary.window(t0, t_load)

@@ -28,7 +28,8 @@ def test_cut_keeps_short_strings_and_says_how_long_a_long_one_was():
 def test_a_peer_with_a_5000_character_id_gets_a_short_log_line(node_factory):
     node = mesh_node(node_factory, "A", listen=True)
     peer = Client(f"amqp://127.0.0.1:{inter_router_port(node)}", container_id=LONG, wait_open=False)
-    wait_until(lambda: "inter-router connection" in node.stderr_tail(1000), 10, "the peer's connection logged")
+    wait_until(lambda: "inter-router connection" in node.stderr_tail(1000), 10,
+               "the peer's connection logged")
     peer.close()
     pump_for(0.5)
     time.sleep(0.5)
