@@ -21,6 +21,7 @@ from router.amqp.message import SectionTypeError, decode_message, encode_message
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
 from router.linkstate.messages import MAU, RA
 from router.logs import LogOnce, cut
+from router.node.controlpeek import peek_flood_key
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class MeshControl:
         self._waiting: Counter[object] = Counter()      # link -> its messages in the inbox
         self._inbox_bytes = 0       # of the undecoded messages in the inbox
         self.queued = 0             # control messages that waited in the inbox (management: controlQueued)
+        self.early_duplicates = 0   # copies of large flooded messages dropped before they were decoded
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
@@ -147,6 +149,11 @@ class MeshControl:
                 break
 
     def _handle(self, conn: object, data: bytes | dict[str, Any]) -> None:
+        if isinstance(data, bytes) and len(data) > BULK_BYTES:
+            peek = peek_flood_key(data)         # a copy of a flooded message already handled: not decoded
+            if peek is not None and self.ls.flood_duplicate(*peek, self._clock()):
+                self.early_duplicates += 1
+                return
         try:
             message = decode_control(data) if isinstance(data, bytes) else data
             out = self.ls.handle(message, self._clock(), conn)
