@@ -122,7 +122,10 @@ class MemoryBudget:
     def window(self, capacity: int, p: Producer) -> int:
         """The most credit `p` may hold now: its share of half the limit in bytes (an eighth of that
         while the node buffers half its limit or more), in deliveries of its connection's mean size;
-        at least 1, at most `capacity`."""
+        at least 1, at most `capacity`. A peer's data-in link keeps `capacity` (it carries every address,
+        its connection's bytes count control traffic too; over the limit it is held instead)."""
+        if p.router:
+            return capacity
         share = self.limit // 2 // self._producers
         if self.total * 2 >= self.limit:
             share //= 8
