@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.support.bulk import attach_receivers
 from tests.support.clients import Client
 from tests.support.management import Requester
@@ -28,6 +30,7 @@ def _stat(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.timeout(600)        # 100,000 attaches and their MAUs take a while on a loaded machine
 def test_every_stat_view_at_100000_remote_addresses(node_factory):
     nodes = build(node_factory, ["A", "B"], [("B", "A", 1)], idle_timeout=0)
     attach_receivers(nodes["B"].url, [f"balanced/far/{i}" for i in range(ADDRESSES)], timeout=180)
