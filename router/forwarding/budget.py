@@ -147,9 +147,10 @@ class MemoryBudget:
         if self.buffered and not self.exempt(p):
             a = p.address if p.address is not None else p.last
             if a is not None and a.consumers:
-                slow = self._slow_conn(a)
-                if slow is not None:
-                    self.waiting.setdefault(slow, set()).add(p)
+                slow = self._slow_conns(a)
+                if slow:
+                    for conn in slow:       # released by the first of them to drain (then asked again)
+                        self.waiting.setdefault(conn, set()).add(p)
                     self.holds_count += 1
                     return True
             if self._over and (p.router or (a is not None and self._busy(a))):
@@ -170,19 +171,19 @@ class MemoryBudget:
             held.discard(p)
 
     # ---- helpers --------------------------------------------------------------------------------------
-    def _slow_conn(self, a: Address) -> object | None:
-        """The slow connection that holds `a`'s producers back, if any: every consumer's is slow, or
-        (multicast) any one's."""
+    def _slow_conns(self, a: Address) -> list[object]:
+        """The slow connections that hold `a`'s producers back: every consumer's when all are slow (an
+        anycast address with a remote destination never), or (multicast) the first slow one."""
         high, buffered = self.conn_high, self.buffered
-        slow = None
+        slow = []
         for c in a.consumers:
             if buffered.get(c.conn, 0) >= high:
                 if a.multicast:
-                    return c.conn
-                slow = c.conn
+                    return [c.conn]
+                slow.append(c.conn)
             elif not a.multicast:
-                return None
-        return slow if not a.remote else None
+                return []
+        return slow if not a.remote else []
 
     def _busy(self, a: Address) -> bool:
         buffered = self.buffered

@@ -198,3 +198,17 @@ def test_credit_is_sized_in_bytes_and_shrinks_from_half_the_limit():
             core.arrived(p)
         core.ledger.grant.add(p)
     assert grants(core) == {f"p{i}": 1 for i in range(8)}
+
+
+def test_anycast_with_every_consumer_slow_resumes_when_any_of_them_drains():
+    core, budget = make_core()
+    p = core.add_producer("p", "pc", "q")
+    for i, conn in enumerate(("slow1", "slow2")):
+        core.consumer_credit(core.add_consumer(f"c{i}", conn, "q"), 1000)
+    grants(core)
+    budget.report("slow1", budget.conn_high)
+    budget.report("slow2", budget.conn_high)
+    flood(core, p, core.addresses["q"].consumers[0], 64)
+    assert grants(core) == {}
+    budget.report("slow1", 0)                        # the other one may stay stuck for ever
+    assert grants(core) == {"p": 64}
