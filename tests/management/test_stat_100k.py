@@ -24,7 +24,7 @@ ADDRESSES = 100_000
 
 
 def _stat(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(stat_args(*args), capture_output=True, text=True, timeout=120,
+    proc = subprocess.run(stat_args(*args, "--timeout", "60"), capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
@@ -33,7 +33,8 @@ def _stat(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(600)        # 100,000 attaches and their MAUs take a while on a loaded machine
 def test_every_stat_view_at_100000_remote_addresses(node_factory):
     nodes = build(node_factory, ["A", "B"], [("B", "A", 1)], idle_timeout=0)
-    attach_receivers(nodes["B"].url, [f"balanced/far/{i}" for i in range(ADDRESSES)], timeout=180)
+    attach_receivers(nodes["B"].url, [f"balanced/far/{i}" for i in range(ADDRESSES)], timeout=300,
+                     frame_timeout=60)
     m = Requester(Client(nodes["A"].url))
 
     def a_knows_them() -> bool:
