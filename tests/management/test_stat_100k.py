@@ -33,13 +33,13 @@ def _stat(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.timeout(600)        # 100,000 attaches and their MAUs take a while on a loaded machine
 def test_every_stat_view_at_100000_remote_addresses(node_factory):
     nodes = build(node_factory, ["A", "B"], [("B", "A", 1)], idle_timeout=0)
+    m = Requester(Client(nodes["A"].url))          # before the flood: A is busy applying it for a while
     attach_receivers(nodes["B"].url, [f"balanced/far/{i}" for i in range(ADDRESSES)], timeout=300,
                      frame_timeout=60)
-    m = Requester(Client(nodes["A"].url))
 
     def a_knows_them() -> bool:
         status, _, body = m.request({"operation": "QUERY", "type": "router-node"},
-                                    {"attributeNames": ["identity", "addrCount"]})
+                                    {"attributeNames": ["identity", "addrCount"]}, timeout=60)
         return status == 200 and body["results"] == [["B", ADDRESSES]]
 
     wait_until(a_knows_them, 120, f"A knowing B's {ADDRESSES} addresses")
