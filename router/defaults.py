@@ -21,6 +21,9 @@ MAX_FRAME_SIZE = 16384
 """The max-frame-size of our Open, as qdrouterd's (``listeners[].max_frame_size``; the adapter's
 ``MAX_FRAME`` for connections without a listener's policy)."""
 
+MEMORY_LIMIT_MIN = 16 * 1024 * 1024
+"""The smallest node-wide memory budget (``node.memory_limit``; router.forwarding.budget)."""
+
 INTER_ROUTER_MAX_FRAME_SIZE = 256 * 1024
 """The max-frame-size of our Open toward peer nodes (connectors, and inter-router listeners without a
 ``max_frame_size``): a message streamed between nodes crosses in 16x fewer frames, so the far node spends

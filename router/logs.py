@@ -13,6 +13,16 @@ _HANDLER_FLAG = "_meshrouter_handler"
 _module_levels_set: set[str] = set()  # loggers whose level the last setup_logging() call set
 
 
+LOG_CUT = 120     # characters of a peer-supplied string a log line keeps
+
+
+def cut(value: object, limit: int = LOG_CUT) -> str:
+    """A string a peer chose (node id, container id, user name, error description) for a log line: cut
+    at `limit` characters, saying how long it was, so that a peer cannot write 5,000-character lines."""
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= limit else f"{text[:limit]}...({len(text)} chars)"
+
+
 class OneLineFormatter(logging.Formatter):
     """Standard formatter that folds multi-line output (messages, tracebacks) onto one line."""
 

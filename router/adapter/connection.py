@@ -106,7 +106,7 @@ class Connection:
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
-                 "refused_links", "framed", "heavy", "out_pending", "read_size", "last_read")
+                 "refused_links", "framed", "heavy", "out_pending", "read_size", "last_read", "bytes_in")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -140,6 +140,7 @@ class Connection:
         # bytes Proton's transport held for the socket after the last flush (its output buffer, which the
         # session's outgoing bytes do not count): a streamed message pauses on both (streams.py)
         self.out_pending = 0
+        self.bytes_in = 0              # bytes read from the socket (the memory budget's size estimate)
         self.input_closed = False      # no more input will be read (peer closed, or decode error)
         self.links: set = set()         # our pn_link_t pointers on this connection
         self.sessions: list = []        # pn_session_t pointers
@@ -202,6 +203,7 @@ class Connection:
             pn_transport_close_tail(t)
             self.input_closed = True
             return None
+        self.bytes_in += n
         if pn_transport_push(t, _rbuf_c, n) < 0 or pn_transport_capacity(t) < 0:
             self.input_closed = True      # Proton stopped reading (e.g. an undecodable frame)
         if self.echo is not None:

@@ -63,6 +63,7 @@ from router.adapter.links import LinkEvents
 from router.adapter.observer import Observer
 from router.adapter.routerlinks import RouterLink, RouterLinks
 from router.adapter.streams import Streams
+from router.forwarding.budget import MemoryBudget
 from router.forwarding.core import Consumer, Producer, RouterCore
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,29 @@ class Engine:
         self.mesh_links.mesh = mesh
 
     @property
+    def budget(self) -> MemoryBudget | None:
+        """The node's memory budget (router.forwarding.budget), None: no budget."""
+        return self.core.ledger.budget
+
+    @budget.setter
+    def budget(self, budget: MemoryBudget | None) -> None:
+        self.core.ledger.budget = budget
+        if budget is not None:
+            budget.size_of = self._delivery_size
+            budget.exempt = lambda p: p.conn.internal      # management's agent, the broker gateways
+
+    def _delivery_size(self, conn: Connection) -> int:
+        """The mean size of what `conn` sent per delivery so far (bytes read over its producers'
+        deliveries; frames other than transfers count too, so it errs on the large side), 0: none yet."""
+        links = self.links
+        n = 0
+        for link in conn.links:
+            rec = links.get(link)
+            if rec is not None and rec.__class__ is Producer:
+                n += rec.delivered
+        return conn.bytes_in // n if n else 0
+
+    @property
     def paused(self) -> bool:
         """Streamed messages wait for room in their consumers' sessions."""
         return bool(self.streams.paused)
@@ -165,6 +189,9 @@ class Engine:
         for link in list(conn.links):
             self.attach.drop_link(link, conn_alive=False)
         self.dead.append(conn)
+        budget = self.core.ledger.budget
+        if budget is not None:
+            budget.forget(conn)
         log.debug("connection from %s closed", conn.peer)
 
     def take_dead(self) -> list[Connection]:

@@ -72,7 +72,7 @@ from router.adapter.streamlinks import STREAM_SESSION_CAPACITY
 from router.amqp.frames import refusal
 from router.forwarding.decisions import Refusal
 from router.forwarding.records import MODIFIED, Consumer, Producer
-from router.logs import LogEvery
+from router.logs import LogEvery, cut
 from router.policy.access import TRUSTED
 from router.policy.engine import Peer
 
@@ -86,6 +86,7 @@ log = logging.getLogger(__name__)
 
 def _failure_line(key: object, count: int, detail: object) -> tuple:
     (_host, name), (peer, desc) = key, detail
+    name, desc = cut(name), cut(desc, 400)        # the peer's close condition, if it sent one
     if count == 1:
         return "connection from %s failed: %s %s", peer, name, desc
     return "%d connections from %s failed: %s %s (the last from %s)", count, key[0], name, desc, peer

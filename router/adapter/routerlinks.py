@@ -61,6 +61,7 @@ from cproton_ffi.lib import (
 from router.adapter.endpoints import SESSION_CAPACITY, refuse
 from router.adapter.pndata import map_integer, symbols
 from router.adapter.streamlinks import STREAM, STREAMING_LINKS, StreamLinks
+from router.logs import cut
 
 log = logging.getLogger(__name__)
 
@@ -244,11 +245,11 @@ class RouterLinks:
                 return
         if peer.node_id == self.node_id:
             log.error("inter-router connection %s leads back to this node (%s): closing it",
-                      conn.peer, self.node_id)
+                      conn.peer, cut(self.node_id))
             conn.set_close_condition(b"qd:connection-role", b"connected to itself")
             pn_connection_close(c)
             return
-        log.info("inter-router connection %s to node %s (cost %d)", conn.peer, peer.node_id, peer.cost)
+        log.info("inter-router connection %s to node %s (cost %d)", conn.peer, cut(peer.node_id), peer.cost)
         if conn.client:
             for rl, is_sender in open_router_links(c, self.node_id, SESSION_CAPACITY):
                 self._register(rl, conn, is_sender)

@@ -45,7 +45,7 @@ import cffi
 import cproton_ffi
 from cproton_ffi import ffi as pffi
 
-from router.logs import LogEvery
+from router.logs import LogEvery, cut
 from router.security.guessing import CheckQueue
 from router.security.users import PasswordHash, UsersFile, UsersFileError, hash_password
 
@@ -291,7 +291,7 @@ class UsersFileSasl:
         self.busy = False
         ok = not future.cancelled() and future.exception() is None and future.result()
         if future.exception() is not None:
-            log.error("SASL PLAIN: checking %r failed: %s", user, future.exception())
+            log.error("SASL PLAIN: checking %r failed: %s", cut(user), future.exception())
         host = _host_of(conn.peer)
         self.checks.result(host, bool(ok), time.monotonic())
         if not ok:

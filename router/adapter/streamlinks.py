@@ -35,6 +35,7 @@ from cproton_ffi.lib import (
 )
 
 from router.forwarding.records import Consumer
+from router.logs import cut
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class StreamLinks:
         peer.stream_out.append(sc)
         self.opened += 1
         self.dirty.add(conn)
-        log.debug("streaming link %d to node %s opened", len(peer.stream_out), peer.node_id)
+        log.debug("streaming link %d to node %s opened", len(peer.stream_out), cut(peer.node_id))
         return sc
 
     def admit(self, conn: object, is_sender: bool) -> bytes | None:

@@ -4,7 +4,8 @@ A message that arrives in several frames is routed once every section before the
 checked to be in AMQP order, and they hold an anonymous message's `to`, the router annotations of a
 message from a peer (a client's are stripped), and the prefix each consumer gets rewritten when the
 message crosses the mesh. Each chunk then goes on to every consumer as it arrives, pausing while a
-consumer's session and its connection's transport hold more than STREAM_HIGH_WATER bytes for it (the
+consumer's session and its connection's transport hold more than STREAM_HIGH_WATER bytes for it (less
+while the node is over its memory budget: router.forwarding.budget; the
 transport encodes whatever the receiver's session window admits: a client with an unbounded window would
 otherwise let the node's output buffer grow by the whole message). A consumer busy with a stream takes no
 other delivery meanwhile: those wait in the core (`RouterCore.hold`) and go out when the stream ends.
@@ -235,10 +236,12 @@ class Streams:
         """Move what has arrived of a streamed message on to its consumers, as far as they can take."""
         d, link = s.in_dlv, s.in_link
         deliveries = self.deliveries
+        budget = self.core.ledger.budget
+        high = STREAM_HIGH_WATER if budget is None else budget.stream_high_water(STREAM_HIGH_WATER)
         while True:
             if s.outs and not self.draining and any(
                     pn_session_outgoing_bytes(pn_link_session(c.handle)) + c.conn.out_pending
-                    > STREAM_HIGH_WATER for c, _ in s.outs):
+                    > high for c, _ in s.outs):
                 self.paused.add(s)
                 return
             n = pn_delivery_pending(d)

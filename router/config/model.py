@@ -25,6 +25,7 @@ from router.defaults import (
     LINK_CAPACITY,
     LS_MAX_AGE,
     MAX_FRAME_SIZE,
+    MEMORY_LIMIT_MIN,
     RA_INTERVAL,
     RA_INTERVAL_FLUX,
 )
@@ -308,6 +309,11 @@ class NodeConfig:
                                         "it may have in flight", LINK_CAPACITY, group="node")
     idle_timeout: float = declare(
         _seconds, "idle timeout advertised on every connection; 0 disables it", 16.0, group="node")
+    memory_limit: int | None = declare(
+        c.int_in(MEMORY_LIMIT_MIN, 2**48),
+        "bytes the node may buffer for slow consumers (and paused streamed messages) before producers wait "
+        "for credit; nothing is dropped. Absent: a quarter of physical memory, 256 MiB to 2 GiB "
+        "(docs/MEMORY-LIMITS.md)", None, group="node")
     log_level: str = declare(_log_level, "log level (stderr, one line per event)", "info", group="node")
     log_levels: Mapping[str, str] = declare(
         c.log_levels(_log_level), "per-module levels, e.g. `{router.node: debug}`", factory=_empty_mapping,

@@ -61,6 +61,11 @@ def secure_listener(lc: ListenerConfig, path: str, files: Files) -> ListenerConf
         if tls.require_client_cert and tls.ca is None:
             raise Invalid(f"{path}.tls.require_client_cert", "needs tls.ca (the CAs that sign client "
                                                              "certificates)")
+        if tls.require_client_cert and lc.websocket:
+            raise Invalid(f"{path}.tls.require_client_cert",
+                          "not available with websocket: true (a WebSocket listener's TLS is Python's, which "
+                          "cannot hand a client certificate to SASL EXTERNAL): use a plain AMQP listener "
+                          "for client certificates")
     mechs = sasl.mechanisms
     if "EXTERNAL" in mechs and (tls is None or not tls.require_client_cert):
         raise Invalid(f"{path}.sasl.mechanisms", "EXTERNAL needs tls with require_client_cert: true")

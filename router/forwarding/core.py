@@ -90,6 +90,7 @@ class RouterCore(Settlement):
                  rng: random.Random | None = None, backlog: Backlog | None = None,
                  backlog_limit: int = 32, policy: Policy | None = None) -> None:
         super().__init__(node_id, rules, CreditLedger(capacity), rng)
+        self.ledger.producers = self.producers       # the memory budget shares credit among them
         self.capacity = capacity
         # backlog(consumer.handle) -> deliveries handed to that link but not yet on the wire; a consumer
         # with a backlog over the limit is skipped while another consumer can take the delivery
@@ -259,6 +260,7 @@ class RouterCore(Settlement):
         consumer to send it to now (the common decision, returned as is), or a `Routing` for anything
         else (decisions.py). It used one of `p`'s credits; it is counted (ingress / egress / transit)
         when it has somewhere to go. An address served by other nodes is routed by `route_mesh`."""
+        p.last = a          # where an anonymous producer's deliveries go (router.forwarding.budget)
         if a is not None and a.remote:
             return self.route_mesh(p, a, presettled)
         p.credit -= 1

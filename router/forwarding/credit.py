@@ -18,20 +18,26 @@ idle after each call, so each call costs a FLOW per producer, as with qdrouterd 
 call through one node; streams keep their batches).
 
 The core marks producers (`grant`, `drain`); `take` turns the marks into decisions once per pump.
+
+With a node-wide memory budget (router.forwarding.budget, `budget`), a producer the budget holds gets no
+credit until the budget releases it, and the window shrinks while the node buffers half its budget.
 """
 
 from __future__ import annotations
 
+from router.forwarding.budget import MemoryBudget
 from router.forwarding.records import Address, Producer
 
 
 class CreditLedger:
     """Producers whose credit may need topping up or draining, and the rule that decides how much."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, producers: set[Producer] | None = None) -> None:
         self.capacity = capacity
+        self.producers = producers if producers is not None else set()   # every producer link (the core's)
         self.grant: set[Producer] = set()       # producers whose credit may need topping up
         self.drain: set[Producer] = set()       # producers to drain (address lost its consumers)
+        self.budget: MemoryBudget | None = None  # the node's memory budget, if any
 
     def update_ready(self, a: Address) -> None:
         """Recompute whether `a` can take deliveries; producers of an address that became ready get credit."""
@@ -56,12 +62,20 @@ class CreditLedger:
     def forget(self, p: Producer) -> None:
         self.grant.discard(p)
         self.drain.discard(p)
+        if self.budget is not None:
+            self.budget.drop(p)
 
     def take(self) -> tuple[list[tuple[Producer, int]], list[Producer]]:
         """Credit to flow to producers `(producer, amount)` and producers to drain, since the last call."""
         grants: list[tuple[Producer, int]] = []
+        budget = self.budget
+        capacity = cap = self.capacity
+        if budget is not None:
+            released = budget.take_released()
+            if released:
+                self.grant.update(released)
+            budget.start_round(len(self.producers))
         if self.grant:
-            cap = self.capacity
             low = cap // 2
             batch = max(1, cap // 8)
             for p in self.grant:
@@ -70,6 +84,12 @@ class CreditLedger:
                 a = p.address
                 if a is not None and not a.ready:
                     continue
+                if budget is not None:
+                    if budget.holds(p):
+                        continue
+                    cap = budget.window(capacity, p)
+                    low = cap // 2
+                    batch = max(1, cap // 8)
                 give = cap - p.credit if p.router else cap - p.in_flight - p.credit
                 if p.draining:
                     # a consumer is back: any FLOW (even of 0 credit) ends the drain we asked for

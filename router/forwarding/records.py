@@ -93,7 +93,7 @@ class Producer:
 
     __slots__ = ("handle", "conn", "address", "credit", "in_flight", "draining", "delivered", "alive",
                  "name", "router", "peer", "outcomes", "presettled", "zero_credit", "delays", "dropped",
-                 "streaming")
+                 "streaming", "last")
 
     def __init__(self, handle: object, conn: object, address: Address | None, name: str) -> None:
         self.handle = handle
@@ -113,6 +113,7 @@ class Producer:
         self.delays = [0, 0]          # its unicast deliveries settled more than 1 s / 10 s after sent
         self.dropped = 0              # pre-settled deliveries it sent that no consumer got
         self.streaming = False        # a peer's streaming link (router.adapter.streamlinks)
+        self.last: Address | None = None   # the address of its last routed delivery (the memory budget's)
 
     @property
     def anonymous(self) -> bool:

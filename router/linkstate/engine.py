@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from router.linkstate.admission import Admission
@@ -157,6 +157,18 @@ class LinkStateEngine(EngineViews, Admission, Sending):
         if send_ra or due(now, self._last_ra, interval):
             self._send_ra(now, out)
         return out
+
+    def flood_duplicate(self, to: object, opcode: str, key: Hashable, now: float) -> bool:
+        """Whether a flooded message of `key` (read from its bytes, router.node.controlpeek) is a copy that
+        `handle` would drop: then it is counted as one, and need not be decoded. The first copy is
+        remembered by `handle`, as before."""
+        if not isinstance(to, str):
+            return False
+        scope, _target = self._scopes.get(to) or self._classify(to)
+        if scope is not Scope.ALL or not self._flood.seen(key, now, self._windows.get(opcode, 0.0)):
+            return False
+        self.counters["flood_duplicate"] += 1
+        return True
 
     def handle(self, message: Mapping[str, Any], now: float, link_id: LinkId) -> list[Outgoing]:
         """A control message received on ``link_id`` (map: see ``envelope``); bad input is logged, not raised.

@@ -44,6 +44,11 @@ class FloodFilter:
         self._seen[key] = now
         return True
 
+    def seen(self, key: Hashable, now: float, window: float) -> bool:
+        """True if ``key`` was seen within the last ``window`` seconds (nothing is remembered)."""
+        seen = self._seen.get(key)
+        return seen is not None and not due(now, seen, window)
+
     def prune(self, now: float, max_age: float) -> None:
         """Forget keys first seen more than ``max_age`` ago."""
         stale = [key for key, seen in self._seen.items() if now - seen > max_age]

@@ -26,7 +26,8 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "droppedPresettledDeliveries", "unroutableDeliveries", "hopLimitDrops", "unsettledDeliveries",
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
         "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd", "readsDeferred",
-        "controlQueued"),
+        "controlQueued", "memoryLimit", "bufferedBytes", "bufferedPeak", "slowConnections", "heldProducers",
+        "creditHolds"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -42,6 +43,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "lsSeq", "mobileSeq", "addrCount", "mobileAddresses"),
     "edge": (       # edge mode (docs/EDGE.md): an interior's edges, or an edge's uplinks
         "identity", "role", "active", "connectionId", "cost", "proxiedAddresses", "watchedAddresses"),
+    "mobile-address": ("identity", "node", "address"),
     "broker": (
         "identity", "url", "state", "addresses", "published", "confirmed", "returned", "nacked",
         "unconfirmed", "consumed", "acked", "requeued", "deadLettered", "reconnects", "connects", "failures",
@@ -77,6 +79,7 @@ class NodeEntities:
             "address": self.addresses,
             "router-node": self.router_nodes,
             "edge": self.edges,
+            "mobile-address": lambda: list(map(_mobile_row, self._mobile_addresses())),
             "broker": self.brokers,
             "listener": self.listeners,
             "connector": self.connectors,
@@ -89,6 +92,7 @@ class NodeEntities:
             "connection": (self._alive_connections, self._connection),
             "link": (lambda: self.server.engine.links.items(), lambda item: self._link(*item)),
             "address": (lambda: self.server.core.addresses.values(), self.address_row),
+            "mobile-address": (self._mobile_addresses, _mobile_row),
         }
 
     def rows(self, entity_type: str) -> list[dict[str, Any]]:
@@ -150,6 +154,7 @@ class NodeEntities:
             "connectionsRefusedNoFd": server.fd_refused,
             "readsDeferred": server.reads_deferred,
             "controlQueued": server.mesh.queued,
+            **_budget(engine.budget),
         }
 
     # ---- connections -------------------------------------------------------------------------------------
@@ -306,6 +311,15 @@ class NodeEntities:
                          "cost": up.cost, "proxiedAddresses": len(glue.proxy.consumers) if on else 0,
                          "watchedAddresses": len(glue.proxy.watched) if on else 0})
         return rows
+    def _mobile_addresses(self) -> Iterator[tuple[str, str]]:
+        """(node, address) for every mobile address another node advertises (the link-state view), one
+        row each: the router-node rows' `mobileAddresses`, in pages (100,000 of them fit in no answer)."""
+        mesh = self.server.mesh
+        if mesh is None:                    # an edge node runs no link state
+            return
+        for address, holders in mesh.ls.known_addresses.items():
+            for holder in sorted(holders):
+                yield holder, address
 
     # ---- broker gateways -------------------------------------------------------------------------------
     def brokers(self) -> list[dict[str, Any]]:
@@ -401,3 +415,16 @@ def _fields(obj: object) -> Iterator[tuple[str, Any]]:
         elif isinstance(value, tuple | frozenset | set):
             value = list(value)
         yield f.name, value
+
+
+def _budget(budget: Any) -> dict[str, Any]:
+    """The memory budget's figures (router.forwarding.budget) as node attributes."""
+    snap = budget.snapshot() if budget is not None else {}
+    return {"memoryLimit": snap.get("memory_limit"), "bufferedBytes": snap.get("buffered_bytes", 0),
+            "bufferedPeak": snap.get("buffered_peak", 0), "slowConnections": snap.get("slow_connections", 0),
+            "heldProducers": snap.get("held_producers", 0), "creditHolds": snap.get("credit_holds", 0)}
+
+
+def _mobile_row(item: tuple[str, str]) -> dict[str, Any]:
+    node, address = item
+    return {"identity": f"{node}/{address}", "node": node, "address": address}

@@ -128,7 +128,9 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
             ("meshrouter_reads_deferred", "readsDeferred",
              "Reads of busy client connections put off so that other connections were served first"),
             ("meshrouter_control_queued", "controlQueued",
-             "Large control messages (address floods) queued and applied in paced turns")):
+             "Large control messages (address floods) queued and applied in paced turns"),
+            ("meshrouter_credit_holds", "creditHolds",
+             "Credit top-ups the memory budget refused (producers of slow consumers slowed)")):
         m = counter(name, doc)
         m.add_metric([nid], node[attr])
         yield m
@@ -137,7 +139,11 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
             ("meshrouter_stuck_deliveries", "deliveriesStuck", "Deliveries in flight for more than 10 s"),
             ("meshrouter_addresses", "addrCount", "Addresses in the table"),
             ("meshrouter_reachable_nodes", "nodeCount", "Other nodes reachable in the mesh"),
-            ("meshrouter_uptime_seconds", "uptimeSeconds", "Seconds since the node started")):
+            ("meshrouter_uptime_seconds", "uptimeSeconds", "Seconds since the node started"),
+            ("meshrouter_buffered_bytes", "bufferedBytes",
+             "Bytes buffered for slow consumers and paused streams (node.memory_limit)"),
+            ("meshrouter_held_producers", "heldProducers",
+             "Producers waiting for credit on the memory budget")):
         m = gauge(name, doc)
         m.add_metric([nid], node[attr])
         yield m

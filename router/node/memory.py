@@ -14,10 +14,19 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 
 log = logging.getLogger(__name__)
 
 THRESHOLD = 500       # connections freed before a trim is worth its milliseconds
+
+
+def physical_memory() -> int | None:
+    """Bytes of physical memory (for the default memory budget), None if the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _malloc_trim() -> object | None:

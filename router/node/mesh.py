@@ -20,7 +20,8 @@ from router.amqp.codec import MalformedError, Symbol
 from router.amqp.message import SectionTypeError, decode_message, encode_message
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
 from router.linkstate.messages import MAU, RA
-from router.logs import LogOnce
+from router.logs import LogOnce, cut
+from router.node.controlpeek import peek_flood_key
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class MeshControl:
         self._waiting: Counter[object] = Counter()      # link -> its messages in the inbox
         self._inbox_bytes = 0       # of the undecoded messages in the inbox
         self.queued = 0             # control messages that waited in the inbox (management: controlQueued)
+        self.early_duplicates = 0   # copies of large flooded messages dropped before they were decoded
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
@@ -92,7 +94,7 @@ class MeshControl:
         self._send(self.ls.link_up(conn, peer.cost, self._clock()))
 
     def link_down(self, conn: object, peer: object) -> None:
-        log.info("inter-router connection to %s lost", peer.node_id)
+        log.info("inter-router connection to %s lost", cut(peer.node_id))
         self.pending = True
         if self._waiting.pop(conn, 0):      # what it sent and we did not handle yet goes with it
             self._inbox = deque(item for item in self._inbox if item[0] is not conn)
@@ -147,6 +149,11 @@ class MeshControl:
                 break
 
     def _handle(self, conn: object, data: bytes | dict[str, Any]) -> None:
+        if isinstance(data, bytes) and len(data) > BULK_BYTES:
+            peek = peek_flood_key(data)         # a copy of a flooded message already handled: not decoded
+            if peek is not None and self.ls.flood_duplicate(*peek, self._clock()):
+                self.early_duplicates += 1
+                return
         try:
             message = decode_control(data) if isinstance(data, bytes) else data
             out = self.ls.handle(message, self._clock(), conn)
@@ -159,7 +166,7 @@ class MeshControl:
                 self._close(link)
 
     def _dropped(self, conn: object, exc: ControlMessageError) -> None:
-        self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", exc)
+        self._bad.once(("bad", id(conn)), logging.WARNING, "dropped a control message: %s", cut(exc, 400))
 
     def heard(self, conn: object) -> None:
         """The inter-router connection `conn` delivered input: its peer is alive."""

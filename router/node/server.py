@@ -31,6 +31,7 @@ from router.adapter.routerlinks import ROUTER_ROLES
 from router.addressing import AddressRules, address_key
 from router.amqp.codec import FlowEchoDetector
 from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConfig
+from router.forwarding.budget import MemoryBudget, default_limit
 from router.forwarding.core import RouterCore
 from router.forwarding.readpacing import START_READ, next_read_size
 from router.logs import LogEvery
@@ -40,7 +41,7 @@ from router.node.connectors import Connector
 from router.node.edges import EdgeUplinks, InteriorEdges
 from router.node.histogram import FORWARDING_BOUNDS, Histogram
 from router.node.listening import bind_queues, queues_for, somaxconn
-from router.node.memory import Trimmer
+from router.node.memory import Trimmer, physical_memory
 from router.node.mesh import MeshControl
 from router.policy.engine import Policy
 
@@ -103,6 +104,7 @@ class NodeServer:
         self.core = RouterCore(config.node_id, rules, config.link_capacity, policy=Policy(config.policy))
         self.core.tick(time.monotonic())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
+        self.engine.budget = MemoryBudget(config.memory_limit or default_limit(physical_memory()))
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control,
                                 close=self._close_impostor)
         self.connectors = [Connector(cc, loop, self._connector_connected)

@@ -35,12 +35,13 @@ PER_CONNECTION = 1000       # a listener's default max_links (issue 17): a storm
 
 def attach_receivers(url: str, addresses: Sequence[str], timeout: float = 60.0,
                      per_session: int = PER_SESSION, per_connection: int = PER_CONNECTION,
-                     paused: int | None = None) -> list[RawConn]:
+                     paused: int | None = None, frame_timeout: float = DEFAULT_TIMEOUT) -> list[RawConn]:
     """Attach a receiver on each of ``addresses``: ``per_connection`` links per raw connection (the
     default limit of a listener), ``per_session`` per session, every ATTACH written before any answer is
     read; wait until the node has answered all of them. The connections stay open (closed by
     :func:`tests.support.waiting.close_all`). ``paused``: the node's pid, stopped (SIGSTOP) while every
-    connection's ATTACHes are written, so that they are all waiting when it goes on."""
+    connection's ATTACHes are written, so that they are all waiting when it goes on. ``frame_timeout``:
+    the longest wait for the node's next answer (a loaded machine takes a while for 100,000)."""
     conns = []
     writes = []
     for start in range(0, len(addresses), per_connection):
@@ -73,7 +74,7 @@ def attach_receivers(url: str, addresses: Sequence[str], timeout: float = 60.0,
             if time.monotonic() > deadline:
                 raise WaitTimeout(f"{answered}/{expected} attaches of one connection answered within "
                                   f"{timeout:.0f}s")
-            frame = raw.read_frame(min(DEFAULT_TIMEOUT, deadline - time.monotonic()))
+            frame = raw.read_frame(min(frame_timeout, deadline - time.monotonic()))
             if frame is None:
                 raise AssertionError(f"node closed a bulk connection after {answered} attaches: "
                                      f"{raw.frames[-3:]}")

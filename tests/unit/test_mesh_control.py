@@ -172,3 +172,42 @@ def test_the_inbox_is_bounded_in_bytes_too(monkeypatch):
         b.handle_backlog()
     assert len(b.ls.known_addresses) == 4 * MAU_CHUNK and b.ls.counters["mau_gap"] == 0
     assert b._inbox_bytes == 0
+
+
+def test_copies_of_a_large_flooded_mau_are_dropped_before_they_are_decoded():
+    """A second copy of a flooded MAU (another path) is recognised from its bytes (router.node.controlpeek):
+    dropped as a duplicate without the full decode, and the addresses are applied once."""
+    from router.linkstate.flood import flood_key
+    from router.node.controlpeek import peek_flood_key
+
+    b, a, conn, _, _ = _pair()
+    messages = _burst(a, MAU_CHUNK, 1.0)
+    big = [m for m in messages if len(m) > BULK_BYTES]
+    assert big
+    message = _decode(big[0])
+    assert peek_flood_key(big[0]) == (message["to"], message["opcode"],
+                                      flood_key(message["opcode"], message["body"]))
+    for data in messages:
+        b.on_control(conn, data)
+    while b.backlog:
+        b.handle_backlog()
+    before = b.ls.counters["flood_duplicate"]
+    b.on_control(conn, big[0])                           # the same MAU again, as by another neighbour
+    while b.backlog:
+        b.handle_backlog()
+    assert b.early_duplicates == 1
+    assert b.ls.counters["flood_duplicate"] == before + 1
+    assert len(b.ls.known_addresses) == MAU_CHUNK
+
+
+def test_the_peek_gives_up_on_anything_unexpected():
+    from router.node.controlpeek import peek_flood_key
+
+    assert peek_flood_key(b"") is None
+    assert peek_flood_key(b"\x00\x53\x77\xa1\x03abc") is None              # no application properties
+    hello = encode_control({"to": "_topo/0/all/$qd.router", "opcode": "HELLO",
+                            "body": {"id": "A", "instance": 1, "seen": []}})
+    assert peek_flood_key(hello) is None                                  # not a flooded opcode
+    absolute = encode_control({"to": "_topo/0/all/$qd.router", "opcode": "MAU",
+                               "body": {"id": "A", "instance": 1, "mobile_seq": 3, "exist": ["x"] * 300}})
+    assert peek_flood_key(absolute) is None                               # absolute MAUs are not flooded
