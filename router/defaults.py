@@ -24,12 +24,6 @@ MAX_FRAME_SIZE = 16384
 MEMORY_LIMIT_MIN = 16 * 1024 * 1024
 """The smallest node-wide memory budget (``node.memory_limit``; router.forwarding.budget)."""
 
-INTER_ROUTER_MAX_FRAME_SIZE = 256 * 1024
-"""The max-frame-size of our Open toward peer nodes (connectors, and inter-router listeners without a
-``max_frame_size``): a message streamed between nodes crosses in 16x fewer frames, so the far node spends
-less per byte and small messages beside it wait less (BENCHMARKS.md, "Large messages": RPC p99 beside a
-100 MB message ~26 -> ~15 ms); a frame is still small beside the 1 MiB a stream may queue per link."""
-
 # Control-plane timers in seconds, qdrouterd's defaults: the ``router:`` keys of router.config and the
 # fields of router.linkstate.LinkStateConfig of the same names.
 HELLO_INTERVAL = 1.0

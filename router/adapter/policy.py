@@ -29,7 +29,6 @@ from cproton_ffi.lib import (
 from router.adapter.connection import MAX_FRAME, UNLIMITED
 from router.adapter.tls import TlsSetupError, client_domain, server_domain
 from router.config import ConnectorConfig, ListenerConfig
-from router.defaults import INTER_ROUTER_MAX_FRAME_SIZE
 
 
 class PolicyError(ValueError):
@@ -112,7 +111,7 @@ def _tls_error(exc: TlsSetupError) -> PolicyError:
 def listener_policy(lc: ListenerConfig, name: str, node_idle_timeout: float, loop: object,
                     resolve: Callable[[object], object], wake: Callable[[object], None]) -> ConnectionPolicy:
     """The policy of listener `lc` bound as `name` ("host:port"); raises PolicyError."""
-    p = ConnectionPolicy(listener=name, max_frame=lc.frame_size,
+    p = ConnectionPolicy(listener=name, max_frame=lc.max_frame_size,
                          idle_timeout=node_idle_timeout if lc.idle_timeout is None else lc.idle_timeout,
                          channel_max=lc.max_sessions - 1 if lc.max_sessions is not None else None,
                          max_message_size=lc.max_message_size or UNLIMITED,
@@ -169,8 +168,7 @@ def _websocket_tls(tls: object) -> object:
 
 def connector_policy(cc: ConnectorConfig, node_idle_timeout: float) -> ConnectionPolicy:
     """The policy of connector `cc` (client side of SASL: Proton's built-in mechanisms)."""
-    p = ConnectionPolicy(idle_timeout=node_idle_timeout if cc.idle_timeout is None else cc.idle_timeout,
-                         max_frame=INTER_ROUTER_MAX_FRAME_SIZE)
+    p = ConnectionPolicy(idle_timeout=node_idle_timeout if cc.idle_timeout is None else cc.idle_timeout)
     tls = cc.tls
     mechs = cc.sasl_mechanisms
     if mechs is None:

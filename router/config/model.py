@@ -21,7 +21,6 @@ from router.config.telemetry import TelemetryConfig
 from router.defaults import (
     HELLO_INTERVAL,
     HELLO_MAX_AGE,
-    INTER_ROUTER_MAX_FRAME_SIZE,
     LINK_CAPACITY,
     LS_MAX_AGE,
     MAX_FRAME_SIZE,
@@ -139,9 +138,7 @@ class ListenerConfig:
         c.int_in(1, 2**31 - 1), "connections waiting to be accepted (`listen()`); beyond "
                                 "`net.core.somaxconn` (one socket's cap) the port gets several accept queues "
                                 "(`SO_REUSEPORT`, at most 16), logged at start", BACKLOG)
-    max_frame_size: int | None = declare(
-        c.int_in(512, UINT32_MAX), "max-frame-size of our Open", None,
-        show=f"`{MAX_FRAME_SIZE}`; `{INTER_ROUTER_MAX_FRAME_SIZE}` with `role: inter-router`")
+    max_frame_size: int = declare(c.int_in(512, UINT32_MAX), "max-frame-size of our Open", MAX_FRAME_SIZE)
     max_message_size: int | None = declare(
         c.int_in(1, 2**63 - 1), "bigger transfers are REJECTED `amqp:link:message-size-exceeded`; "
                                 "advertised on receiving links", None)
@@ -165,13 +162,6 @@ class ListenerConfig:
     websocket_path: str = declare(
         Check(_ws_path, "string"), "the HTTP path of the WebSocket upgrade; requests for others get 404", "/")
     name: str | None = declare(_name, _NAME_DOC, None, show=_NAME_SHOW.format(what="listener"))
-
-    @property
-    def frame_size(self) -> int:
-        """The max-frame-size this listener's connections announce (`max_frame_size`, else by role)."""
-        if self.max_frame_size is not None:
-            return self.max_frame_size
-        return INTER_ROUTER_MAX_FRAME_SIZE if self.role == "inter-router" else MAX_FRAME_SIZE
 
 
 @dataclass(frozen=True)

@@ -71,10 +71,7 @@ def test_the_table_shows_the_defaults_the_parser_applies() -> None:
     lc, broker = config.listeners[0], config.brokers[0]
     assert shown["node.link_capacity"] == f"`{config.link_capacity}`"
     assert shown["node.idle_timeout"] == f"`{config.idle_timeout:g}`"
-    assert lc.max_frame_size is None and shown["listeners[].max_frame_size"].startswith(f"`{lc.frame_size}`")
-    ir = parse_config({"node": {"id": "A"}, "listeners": [{"host": "h", "port": 1, "role": "inter-router"}]},
-                      "t").listeners[0]
-    assert f"`{ir.frame_size}` with `role: inter-router`" in shown["listeners[].max_frame_size"]
+    assert shown["listeners[].max_frame_size"] == f"`{lc.max_frame_size}`"
     assert shown["router.hello_max_age"] == f"`{config.router_timers['hello_max_age']:g}`"
     assert shown["metrics.port"] == f"`{config.metrics.port}`"
     assert shown["brokers[].confirm_window"] == f"`{broker.confirm_window}`"
@@ -115,10 +112,8 @@ def test_defaults_used_by_other_layers_are_the_declared_ones() -> None:
 
     core_capacity = inspect.signature(RouterCore).parameters["capacity"].default
     assert _default(NodeConfig, "link_capacity") == defaults.LINK_CAPACITY == core_capacity
-    assert _default(ListenerConfig, "max_frame_size") is None       # by role: ListenerConfig.frame_size
-    assert ListenerConfig("h", 1).frame_size == defaults.MAX_FRAME_SIZE == MAX_FRAME == \
+    assert _default(ListenerConfig, "max_frame_size") == defaults.MAX_FRAME_SIZE == MAX_FRAME == \
         ConnectionPolicy().max_frame
-    assert ListenerConfig("h", 1, role="inter-router").frame_size == defaults.INTER_ROUTER_MAX_FRAME_SIZE
     timers = {f.name: f.default for f in dataclasses.fields(RouterTimers) if f.name != "mode"}
     linkstate = LinkStateConfig()
     assert timers == {name: getattr(linkstate, name) for name in timers}

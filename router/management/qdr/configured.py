@@ -47,7 +47,7 @@ def listeners(src: Source) -> list[Row]:
             "host": lc.host, "port": str(listener.sock.getsockname()[1]), "role": lc.role, "cost": lc.cost,
             "saslMechanisms": " ".join(mechanisms), "authenticatePeer": "ANONYMOUS" not in mechanisms,
             "requireEncryption": lc.tls is not None, "requireSsl": lc.tls is not None,
-            "maxFrameSize": lc.frame_size, "maxSessions": lc.max_sessions,
+            "maxFrameSize": lc.max_frame_size, "maxSessions": lc.max_sessions,
             "idleTimeoutSeconds": seconds(node_idle if lc.idle_timeout is None else lc.idle_timeout),
             "initialHandshakeTimeoutSeconds": seconds(lc.handshake_timeout), "http": lc.websocket,
             "policyVhost": vhost_name(lc.policy_vhost), "name": name, "identity": name,
