@@ -17,7 +17,7 @@ from harness.report import markdown_table  # noqa: E402
 from harness.sample import nearest_rank, percentile  # noqa: E402
 
 #: helpers that other scenarios start, not scenarios (their own command lines, no --help)
-HELPERS = {"large_client.py", "selectors_server.py"}
+HELPERS = {"large_client.py"}
 SCENARIOS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
