@@ -2,8 +2,8 @@
 VENV   ?= .venv
 # The interpreter the venv is made from: the distribution's /usr/bin/python3 when it is 3.11+ and can make a
 # venv, else python3 from the PATH. Debian's links the interpreter statically; pyenv's default build here
-# (--enable-shared, no --enable-optimizations) costs the node ~12% more CPU per message (BENCHMARKS.md,
-# "The hot path in C").
+# (--enable-shared, no --enable-optimizations) costs the node ~12% more CPU per message (BENCHMARKS.md before
+# issue 34 at commit 14a84a7, "The hot path in C").
 PYTHON ?= $(shell /usr/bin/python3 -c 'import sys, ensurepip; assert sys.version_info >= (3, 11)' \
             2>/dev/null && echo /usr/bin/python3 || echo python3)
 PY      = $(VENV)/bin/python
