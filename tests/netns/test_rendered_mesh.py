@@ -82,4 +82,6 @@ def test_a_rendered_mesh_on_four_hosts_carries_rpc(netlab, tmp_path):
     wait_for(lambda: server.poll() and len(replies.received) == 10, what="ten replies from A on D")
     assert sorted(r.message.body for r in replies.received) == sorted(f"A:call {i}" for i in range(10))
     assert sorted(r.message.correlation_id for r in replies.received) == sorted(f"id-{i}" for i in range(10))
+    # a reply can reach D before its request's outcome does (the two travel separately): wait for both
+    wait_for(lambda: server.poll() and all(t.settled for t in sent), what="the calls' outcomes on D")
     assert all(t.outcome == "ACCEPTED" for t in sent)
