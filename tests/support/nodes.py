@@ -116,8 +116,11 @@ def node_config(node_id: str, *, rules: Sequence[tuple[str, str]] = DEFAULT_RULE
 
 
 def _reader(stream: Any, q: queue.Queue) -> None:
-    for line in iter(stream.readline, ""):
-        q.put(line.rstrip("\n"))
+    """Queue the node's stdout lines until it exits, then close the pipe (a pipe per node started, left
+    open, is how the suite once ran out of descriptors select() can take)."""
+    with stream:
+        for line in iter(stream.readline, ""):
+            q.put(line.rstrip("\n"))
     q.put(None)
 
 
