@@ -11,8 +11,11 @@ Everything the fixtures use lives in tests/support (tests import only from there
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.support.fds import FdWatch, open_fds
 from tests.support.meshctl import Meshes
 from tests.support.nodes import NodeProcess, NodeSet
 from tests.support.proxy import TcpProxy
@@ -27,6 +30,30 @@ def pytest_runtest_makereport(item, call):
     if nodes and report.failed:
         for n in nodes:
             report.sections.append((f"node {n.node_id} stderr (tail, {report.when})", n.stderr_tail()))
+
+
+_FDS = FdWatch()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _FDS.start(str(item.path))
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The last test of a module fails when the module left file descriptors open (tests.support.fds)."""
+    result = yield
+    if nextitem is None or nextitem.path != item.path:
+        leaked = _FDS.leaked()
+        if log := os.environ.get("MESHROUTER_FD_LOG"):
+            with open(log, "a") as f:
+                f.write(f"{len(_FDS.before)} -> {len(open_fds())} {item.path}\n")
+        _FDS.module = None
+        if leaked:
+            pytest.fail(leaked, pytrace=False)
+    return result
 
 
 @pytest.fixture

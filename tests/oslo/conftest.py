@@ -301,14 +301,26 @@ class OsloKit:
             if p.proc.stdout is not None:
                 p.proc.stdout.close()
         for t in reversed(self._transports):
+            pipe = _wakeup_pipe(t)
             try:
                 t.cleanup()
             except Exception as e:
                 problems.append(f"cleaning up {t!r}: {e!r}")
+            for fd in pipe:
+                os.close(fd)
         self._servers.clear()
         self._procs.clear()
         self._transports.clear()
         return problems
+
+
+def _wakeup_pipe(transport) -> tuple[int, ...]:
+    """The pipe 14.9.3's amqp1 driver makes per transport to wake its event loop: its cleanup never closes
+    it (eventloop.Requests), and two descriptors per transport ran the suite out of those select() takes.
+    Taken before cleanup, which drops the objects that hold it; () for a transport that never connected."""
+    ctrl = getattr(getattr(transport, "_driver", None), "_ctrl", None)
+    requests = getattr(getattr(ctrl, "processor", None), "_requests", None)
+    return tuple(getattr(requests, "_wakeup_pipe", ()))
 
 
 def _is_metrics_thread(t: threading.Thread) -> bool:

@@ -113,8 +113,8 @@ def _answers(caller) -> bool:
 ])
 def test_the_read_turns_follow_the_configured_thresholds(node_factory, node_keys, deferred_expected):
     """`node.heavy_read` and `node.read_budget` set when a client's reads take turns: six connections with
-    500 ATTACHes each waiting at once are put off to later turns with a budget of one heavy read, and never with
-    thresholds no read reaches; every ATTACH is answered either way."""
+    500 ATTACHes each waiting at once are put off to later turns with a budget of one heavy read, and never
+    with thresholds no read reaches; every ATTACH is answered either way."""
     node = node_factory(idle_timeout=0, extra={"node": node_keys})
     attach_receivers(node.url, [f"balanced/keys/{i}" for i in range(3000)], per_connection=500,
                      paused=node.pid)
