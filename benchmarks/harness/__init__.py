@@ -15,6 +15,8 @@ file on top of it.
 * :mod:`harness.trees` – a git revision's tree for before/after runs (``--base REV``);
 * :mod:`harness.report` – Markdown tables, where a figure was measured (host, git revision, command, load),
   JSON results under benchmarks/results/.
+* :mod:`harness.tables` – BENCHMARKS.md's tables (same titles, columns, row labels) built from the
+  scenarios' JSON results, for `make bench`.
 
 Scenarios put ``benchmarks/`` on ``sys.path`` (they run as scripts) and import ``harness.*``.
 """

@@ -1,6 +1,6 @@
 """benchmarks/ stays runnable: every scenario answers --help (so it imports the harness and what it
-needs), headline.py lists what `make bench` runs, and the harness's statistics and table reading are
-right. The benchmarks themselves run with `make bench` (BENCHMARKS.md), not here."""
+needs), headline.py lists what `make bench` runs and finds the result files, and the harness's
+statistics and tables are right. The benchmarks themselves run with `make bench` (BENCHMARKS.md), not here."""
 
 from __future__ import annotations
 
@@ -56,11 +56,13 @@ def test_headline_lists_the_headline_set():
     assert bad.returncode == 2 and "unknown section(s) nodes" in bad.stderr
 
 
-def test_headline_reads_the_tables_a_scenario_prints():
-    from headline import tables
+def test_headline_finds_the_result_file_a_scenario_names():
+    from headline import RESULT_FILE
 
-    out = "run 1: 3 ms\n| a | b |\n|---|---:|\n| x | 1 |\nmedian 3\n|not a table|\n\n| c |\n|---|\n"
-    assert tables(out) == ["| a | b |\n|---|---:|\n| x | 1 |", "| c |\n|---|"]
+    out = ("run 1\nResults: benchmarks/results/20261202-0640-headline.json\n"
+           "(details: benchmarks/results/20261202-0641-scale-headline.json)\nresults: none.json\n")
+    assert RESULT_FILE.findall(out) == ["benchmarks/results/20261202-0640-headline.json",
+                                        "benchmarks/results/20261202-0641-scale-headline.json"]
 
 
 def test_percentiles():
