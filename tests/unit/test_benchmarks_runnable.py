@@ -22,8 +22,9 @@ SCENARIOS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
 def test_the_scenarios_are_there():
-    assert {"headline.py", "node_bench.py", "mesh_bench.py", "rpc_bench.py", "scale_bench.py",
-            "startup_bench.py", "qdr_compare.py"} <= set(SCENARIOS)
+    assert {"headline.py", "node_bench.py", "mesh_bench.py", "mesh_convergence.py", "mesh_reroute.py",
+            "rpc_bench.py", "scale_bench.py", "startup_bench.py", "qdr_compare.py",
+            "soak_cycle.py"} <= set(SCENARIOS)
 
 
 @pytest.fixture(scope="module")
