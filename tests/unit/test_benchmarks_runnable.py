@@ -16,8 +16,8 @@ sys.path.insert(0, str(BENCH))
 from harness.report import markdown_table  # noqa: E402
 from harness.sample import nearest_rank, percentile  # noqa: E402
 
-#: helpers that other scenarios start, not scenarios (their own command lines, no --help)
-HELPERS = {"large_client.py"}
+#: helpers that other scenarios start (their own command lines, no --help) or import, not scenarios
+HELPERS = {"large_client.py", "soak_traffic.py"}
 SCENARIOS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
