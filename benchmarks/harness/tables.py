@@ -54,9 +54,9 @@ class Run:
     args: list[str] = field(default_factory=list)
 
     def where(self, machine: str) -> str:
-        """The "date, machine" cell: `2026-12-02 06:40–06:42, M7, load 1.2–2.3`."""
-        return (f"{self.date} {self.window[0]}–{self.window[1]}, {machine}, "
-                f"load {self.load[0]:.1f}–{self.load[1]:.1f}")
+        """The "date, machine" cell: `2026-12-02 06:40–06:42, M7, load 1.2–2.3` (one time within a minute)."""
+        span = self.window[0] if self.window[0] == self.window[1] else "–".join(self.window)
+        return f"{self.date} {span}, {machine}, load {self.load[0]:.1f}–{self.load[1]:.1f}"
 
 
 def _med(xs: Iterable[float | None]) -> float | None:
