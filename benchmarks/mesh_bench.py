@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
-for _path in (BENCH_DIR, BENCH_DIR.parent):  # node_bench.py is a sibling script; router/ is the repo's
+for _path in (BENCH_DIR, BENCH_DIR.parent):  # the scenario files and the harness; router/ is the repo's
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
@@ -117,9 +117,6 @@ def profile_chain(a: argparse.Namespace, client: Path, mesh: Mesh, tmp: Path) ->
     return prof
 
 
-# ---------------------------------------------------------------------------------------------- report
-
-
 def markdown(a: argparse.Namespace, res: dict[str, Any]) -> str:
     """The summary tables for BENCHMARKS.md."""
     lines: list[str] = []
@@ -167,9 +164,6 @@ def targets(res: dict[str, Any]) -> list[str]:
                    f"({'met' if v and v >= TARGETS['chain_msgs_per_s'] else 'missed'})")
     out += [m.target(res) for m in MODULES.values() if m.NAME in res]
     return out
-
-
-# ------------------------------------------------------------------------------------------------ main
 
 
 def parse_args(argv: list[str], only: str | None = None) -> argparse.Namespace:

@@ -93,10 +93,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-# ------------------------------------------------------------------------------------------- processes
-
-# --------------------------------------------------------------------------------------------- routers
-
 # --------------------------------------------------------------------------------------------- harness
 
 def harness_command(a: argparse.Namespace, send_url: str, recv_url: str, label: str, workloads: str,
@@ -108,8 +104,6 @@ def harness_command(a: argparse.Namespace, send_url: str, recv_url: str, label: 
         cmd += ["--pids", ",".join(map(str, pids))]
     return cmd + shlex.split(a.bench_args) + extra
 
-
-# --------------------------------------------------------------------------------------------- results
 
 # ------------------------------------------------------------------------------------------- profiling
 

@@ -31,14 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +45,8 @@ for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from harness import mesh as hm  # noqa: E402
 from harness.canary import ECHO, CanaryProcess  # noqa: E402,F401 (restart_bench.py, memory_bench.py import them here)
-from harness.paths import BenchError  # noqa: E402
+from harness.fournode import Mesh, Node  # noqa: E402,F401 (restart_bench.py imports Node here)
 from harness.rawamqp import Drain, open_frames, storm_bytes  # noqa: E402
 from harness.sample import cpu_seconds as _cpu  # noqa: E402
 from harness.sample import rss_bytes as rss  # noqa: E402
@@ -57,65 +54,8 @@ from harness.sample import rss_bytes as rss  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results"
 ECHO_A = "openstack.org/om/rpc/anycast/scale/echo-a"
 STORM = "balanced/storm/"
-LOST = re.compile(r"neighbour \S+ lost|inter-router connection to \S+ lost")
 PER_CONNECTION = 1000       # a listener's default max_links (issue 17): the storm comes over many connections
 KIB, MIB = 1024, 1024 * 1024
-
-
-# ------------------------------------------------------------------------------------------------ nodes
-
-
-@dataclass
-class Node:
-    """One node of the mesh, as the measurements use it."""
-
-    node_id: str
-    mesh: hm.Mesh
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes]:
-        return self.mesh.children[self.node_id]
-
-    @property
-    def url(self) -> str:
-        return self.mesh.url(self.node_id)
-
-    @property
-    def port(self) -> int:
-        return self.mesh.port(self.node_id)
-
-    @property
-    def stderr(self) -> Path:
-        return self.mesh.stderr(self.node_id)
-
-    def state(self, timeout: float = 2.0) -> dict[str, Any] | None:
-        """A fresh SIGUSR1 state line (None if none came in time)."""
-        try:
-            return self.mesh.state(self.node_id, timeout)
-        except BenchError:
-            return None
-
-
-@dataclass
-class Mesh:
-    """topologies/four-node.yaml's mesh on free ports, default timers, ``idle_timeout: 0``."""
-
-    run_dir: Path
-    nodes: dict[str, Node] = field(default_factory=dict)
-
-    def start(self) -> None:
-        settings = {**hm.shipped_settings("four-node"), "idle_timeout": 0, "link_capacity": 250,
-                    "log_level": "info"}
-        self.mesh = hm.Mesh(hm.make_topology("scale", "ABCD", hm.FOUR_NODE_EDGES, settings), self.run_dir)
-        self.mesh.start()
-        self.mesh.wait_ready(20)
-        self.nodes = {n: Node(n, self.mesh) for n in self.mesh.topology.node_ids}
-
-    def losses(self) -> dict[str, list[str]]:
-        return {n: LOST.findall(node.stderr.read_text(errors="replace")) for n, node in self.nodes.items()}
-
-    def stop(self) -> None:
-        self.mesh.stop()
 
 
 # -------------------------------------------------------------------------------------------- measures

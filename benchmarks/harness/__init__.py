@@ -11,6 +11,7 @@ file on top of it.
   waiting for a port, each node's CPU, medians per workload (mesh_bench.py, its scenarios, qdr_compare.py);
 * :mod:`harness.routers` – node_bench.py's router under test (our node, the prototype, a URL);
 * :mod:`harness.rows` – run_bench.py's results as node_bench.py's summary rows;
+* :mod:`harness.fournode` – scale_bench.py's four-node mesh: per node its process, URL, state line; losses;
 * :mod:`harness.canary` – a canary RPC stream in a process of its own, its latency over a window;
 * :mod:`harness.rawamqp` – raw AMQP frames: Open, a storm of receiver ATTACHes, a drain thread;
 * :mod:`harness.sample` – CPU seconds and RSS of a process from /proc, an RSS sampler thread, percentiles
