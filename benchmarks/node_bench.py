@@ -18,17 +18,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -49,61 +46,11 @@ from harness.procs import (  # noqa: E402,F401
 )
 from harness.profile import ensure_py_spy, py_spy, short_path, split_frame, top_functions, top_table  # noqa: E402,F401
 from harness.report import command_line, fmt, host_info  # noqa: E402,F401
-from harness.sample import median as median_of  # noqa: E402
+from harness.routers import Router, router_pids, start_router, stop_router  # noqa: E402,F401
+from harness.rows import RATE_KEY, Row, markdown_table, summary_rows  # noqa: E402,F401
 
 DEFAULT_PROTOTYPE = Path("/work/shared/design/prototype/fwd_cffi.py")
 DEFAULT_WORKLOADS = "throughput,throughput-presettled,rpc,rpc-conc"
-RPC_WARMUP = 100  # run_bench.py runs every rpc-client with --warmup 100; those calls are in the CPU window
-RATE_UNIT = {"throughput": "msg/s", "throughput-presettled": "msg/s", "rpc": "calls/s",
-             "rpc-conc": "calls/s", "multicast": "msg/s/rcv"}
-RATE_KEY = {"throughput": "msgs_per_s", "throughput-presettled": "msgs_per_s", "rpc": "calls_per_s",
-            "rpc-conc": "calls_per_s", "multicast": "per_receiver_msgs_per_s"}
-
-
-@dataclass
-class Router:
-    """The router under test: how to reach it and (if we started it) how to stop it."""
-
-    kind: str                       # node | prototype | url
-    url: str                        # amqp://HOST:PORT
-    pid: int | None = None
-    command: list[str] | None = None
-    config: str | None = None
-    proc: subprocess.Popen[bytes] | None = None
-    stdout_log: Path | None = None
-    stderr_log: Path | None = None
-    exit_code: int | None = None
-
-    def alive(self) -> bool:
-        """True while the router process (if known) is running."""
-        if self.proc is not None:
-            return self.proc.poll() is None
-        if self.pid is None:
-            return True
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-
-
-@dataclass
-class Row:
-    """One line of the summary table: a workload on one target."""
-
-    workload: str
-    target: str
-    rate: float | None = None
-    unit: str = ""
-    vs_direct_pct: float | None = None
-    p50_us: float | None = None
-    p99_us: float | None = None
-    cpu_us_per_msg: float | None = None
-    cpu_pct: float | None = None
-    rss_peak_mib: float | None = None
-    ok_runs: int = 0
-    runs: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------------------------- setup
@@ -146,65 +93,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-# ------------------------------------------------------------------------------------------- processes
-
-# --------------------------------------------------------------------------------------------- routers
-
-def start_node(a: argparse.Namespace, tmp: Path) -> Router:
-    """Start our node with a generated (or the given) config and wait for its ready line."""
-    if a.config is not None:
-        cfg_path, cfg = a.config.resolve(), a.config.read_text()
-    else:
-        cfg = node_config_yaml(free_port(), a.link_capacity)
-        cfg_path = tmp / "node.yaml"
-        cfg_path.write_text(cfg)
-    cmd = [python_exe(), "-m", "router", "run", str(cfg_path)]
-    proc, out, err = spawn(cmd, tmp, "router")
-    router = Router("node", "", proc.pid, cmd, cfg, proc, out, err)
-    patterns = [r"listening: role=normal url=(\S+)", r"ready: node=(\S+) pid=(\d+)"]
-    listening, ready = wait_for_lines("the node", proc, out, err, patterns, a.ready_timeout)
-    router.url = listening.group(1)
-    if int(ready.group(2)) != proc.pid:
-        print(f"warning: node reports pid {ready.group(2)}, started pid {proc.pid}", flush=True)
-        router.pid = int(ready.group(2))
-    return router
-
-
-def start_prototype(a: argparse.Namespace, tmp: Path) -> Router:
-    """Start the throw-away cffi prototype router and wait for its READY line."""
-    if not a.prototype.exists():
-        raise BenchError(f"prototype not found: {a.prototype} (use --prototype PATH)")
-    port = free_port()
-    cmd = [python_exe(), str(a.prototype), str(port), HOST]
-    proc, out, err = spawn(cmd, tmp, "router")
-    router = Router("prototype", f"amqp://{HOST}:{port}", proc.pid, cmd, None, proc, out, err)
-    patterns = [r"READY pid=(\d+) port=(\d+)"]
-    (ready,) = wait_for_lines("the prototype", proc, out, err, patterns, a.ready_timeout)
-    router.pid = int(ready.group(1))
-    return router
-
-
-def external_router(a: argparse.Namespace) -> Router:
-    """A router somebody else started: check that it accepts TCP connections."""
-    url = a.router[len("url:"):]
-    m = re.fullmatch(r"(?:amqp://)?([^:/]+):(\d+)/?", url)
-    if not m:
-        raise BenchError(f"cannot parse router url {url!r} (want amqp://HOST:PORT)")
-    try:
-        socket.create_connection((m.group(1), int(m.group(2))), timeout=3).close()
-    except OSError as e:
-        raise BenchError(f"router at {url} does not accept connections: {e}") from e
-    if a.router_pid is not None and not Path(f"/proc/{a.router_pid}").exists():
-        raise BenchError(f"no process with pid {a.router_pid}")
-    return Router("url", f"amqp://{m.group(1)}:{m.group(2)}", a.router_pid)
-
-
-def stop_router(router: Router) -> None:
-    """Stop the router if we started it and remember its exit code."""
-    if router.proc is not None:
-        router.exit_code = stop_process(router.proc)
-
-
 # --------------------------------------------------------------------------------------------- harness
 
 def harness_command(a: argparse.Namespace, send_url: str, recv_url: str, label: str, workloads: str,
@@ -215,80 +103,6 @@ def harness_command(a: argparse.Namespace, send_url: str, recv_url: str, label: 
     if pids:
         cmd += ["--pids", ",".join(map(str, pids))]
     return cmd + shlex.split(a.bench_args) + extra
-
-
-# --------------------------------------------------------------------------------------------- results
-
-def messages_of(workload: str, run: dict) -> int:
-    """Deliveries the router sent on during a run (the CPU µs/msg denominator)."""
-    if workload.startswith("throughput"):
-        return int(run["received"])
-    if workload.startswith("rpc"):
-        return 2 * (int(run["completed"]) + RPC_WARMUP)  # request + reply, warm-up calls included
-    if workload == "multicast":
-        return int(sum(run["received"]))
-    return 0
-
-
-def cpu_us_per_msg(workload: str, run: dict) -> float | None:
-    """Router CPU seconds sampled during the run (all pids) per message, in µs."""
-    procs = run.get("router", {}).get("procs") or {}
-    cpu = [p["cpu_s"] for p in procs.values()]
-    n = messages_of(workload, run)
-    if not cpu or None in cpu or n <= 0:
-        return None
-    return 1e6 * sum(cpu) / n
-
-
-def summarize(workload: str, target: str, results: dict) -> Row:
-    """One table row from run_bench.py's runs and medians of a workload."""
-    runs = results["runs"].get(workload, [])
-    med = results["median"].get(workload, {})
-    ok = [r for r in runs if "error" not in r]
-    row = Row(workload, target, rate=med.get(RATE_KEY[workload]), unit=RATE_UNIT[workload],
-              ok_runs=len(ok), runs=len(runs))
-    if workload.startswith("rpc"):
-        row.p50_us, row.p99_us = med.get("p50_us"), med.get("p99_us")
-    row.cpu_us_per_msg = median_of([cpu_us_per_msg(workload, r) for r in ok])
-    row.cpu_pct = med.get("router_cpu_pct_total")
-    if med.get("router_rss_peak_kb_sum"):
-        row.rss_peak_mib = med["router_rss_peak_kb_sum"] / 1024
-    if med.get("missing_total"):
-        row.notes.append(f"missing {med['missing_total']:,}")
-    if workload == "multicast" and ok:
-        sent = min(r["sent"] for r in ok)
-        if med.get("received_min", sent) < sent:
-            row.notes.append(f"a receiver got only {med['received_min']:,} of {sent:,}")
-    released = sum(r.get("released", 0) for r in ok)
-    if released:
-        row.notes.append(f"released {released:,}")
-    for r in runs:
-        if "error" in r:
-            row.notes.append("error: " + r["error"].splitlines()[0][:80])
-    return row
-
-
-def add_direct_ratio(rows: list[Row]) -> None:
-    """Fill vs_direct_pct of router rows from the direct row of the same workload."""
-    direct = {r.workload: r.rate for r in rows if r.target == "direct"}
-    for r in rows:
-        base = direct.get(r.workload)
-        if r.target != "direct" and base and r.rate is not None:
-            r.vs_direct_pct = 100 * r.rate / base
-
-
-def markdown_table(rows: list[Row]) -> str:
-    """The summary as a Markdown table."""
-    head = ("| workload | target | rate | vs direct | RPC p50 µs | RPC p99 µs | router CPU µs/msg "
-            "| router CPU % | router peak RSS MiB | runs ok | notes |")
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        rate = "–" if r.rate is None else f"{r.rate:,.0f} {r.unit}"
-        vs = "" if r.target == "direct" else fmt(r.vs_direct_pct, ".0f") + ("%" if r.vs_direct_pct else "")
-        lines.append(f"| {r.workload} | {r.target} | {rate} | {vs} | {fmt(r.p50_us, ',.0f')} "
-                     f"| {fmt(r.p99_us, ',.0f')} | {fmt(r.cpu_us_per_msg, '.1f')} | {fmt(r.cpu_pct, '.0f')} "
-                     f"| {fmt(r.rss_peak_mib, '.1f')} | {r.ok_runs}/{r.runs} | {'; '.join(r.notes)} |")
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------- profiling
@@ -316,26 +130,6 @@ def profile_throughput(a: argparse.Namespace, router: Router, client: Path, stem
 
 # ------------------------------------------------------------------------------------------------ main
 
-def start_router(a: argparse.Namespace, tmp: Path) -> Router:
-    """Start (or locate) the router chosen with --router."""
-    if a.router == "node":
-        return start_node(a, tmp)
-    if a.router == "prototype":
-        return start_prototype(a, tmp)
-    return external_router(a)
-
-
-def router_pids(pid: int) -> list[int]:
-    """The router's process and its children (a node's telemetry writer process): the CPU measured."""
-    children = []
-    for tid in os.listdir(f"/proc/{pid}/task") if Path(f"/proc/{pid}/task").exists() else ():
-        try:
-            children += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
-        except OSError:
-            continue
-    return [pid, *children]
-
-
 def measure(a: argparse.Namespace, router: Router, client: Path, tmp: Path) -> dict[str, dict]:
     """Run the workloads against the router and (unless --no-direct) the direct baseline."""
     workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
@@ -354,19 +148,6 @@ def measure(a: argparse.Namespace, router: Router, client: Path, tmp: Path) -> d
                               a.repeat, [], tmp / "direct.json", [])
         targets["direct"] = {"command": shlex.join(cmd), "results": run_harness(cmd, client, lambda: True)}
     return targets
-
-
-def summary_rows(targets: dict[str, dict]) -> list[Row]:
-    """Table rows, grouped by workload, router first, direct last."""
-    rows = []
-    names = list(targets)
-    workloads = list(targets[names[0]]["results"]["runs"])
-    for w in workloads:
-        for t in names:
-            if w in targets[t]["results"]["runs"]:
-                rows.append(summarize(w, t, targets[t]["results"]))
-    add_direct_ratio(rows)
-    return rows
 
 
 def save_router_log(router: Router, stem: str) -> str | None:

@@ -20,7 +20,8 @@ Modes per scenario:
 Reported per row (median over --repeat runs): calls/s, latency p50 and p99 in µs (per run, over its
 calls), and CPU time per call (user + sys from /proc, over the measured calls) of the nodes, of this
 process (the client) and of the server process. On a 2-core machine the nodes, the server and the
-caller share the cores: do not benchmark while tests run, and look at the spread (--json keeps every run).
+caller share the cores: do not benchmark while tests run, and look at the spread (every run is kept in
+benchmarks/results/<stamp>-rpc.json, and in --json FILE).
 
 Examples:
   .venv/bin/python benchmarks/rpc_bench.py
@@ -50,8 +51,8 @@ for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
         sys.path.insert(0, str(_path))
 
 from harness import mesh as hm  # noqa: E402
-from harness.paths import BenchError  # noqa: E402,F401 (oslo_bench imports it from here)
-from harness.report import fmt  # noqa: E402
+from harness.paths import REPO, BenchError  # noqa: E402,F401 (oslo_bench imports BenchError from here)
+from harness.report import fmt, save_result  # noqa: E402
 from harness.sample import cpu_seconds  # noqa: E402
 from harness.sample import median as med  # noqa: E402
 from harness.sample import nearest_rank as percentile  # noqa: E402
@@ -251,9 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"settings: {a.calls} calls per mode, {a.warmup} warm-up, {a.threads} concurrent callers, "
           f"server workers {a.workers}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} at the end")
+    record = {"settings": {k: str(v) for k, v in vars(a).items()}, "runs": runs}
     if a.json:
-        a.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(a).items()}, "runs": runs},
-                                     indent=1))
+        a.json.write_text(json.dumps(record, indent=1))
+    print(f"Results: {save_result('rpc', record).relative_to(REPO)}")
     return 0
 
 

@@ -30,18 +30,13 @@ Prints a Markdown summary and writes benchmarks/results/<timestamp>-scale.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import multiprocessing
-import re
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,235 +45,17 @@ for _path in (REPO / "benchmarks", REPO):  # the harness; router/ is the repo's
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from harness import mesh as hm  # noqa: E402
-from harness.paths import BenchError  # noqa: E402
+from harness.canary import ECHO, CanaryProcess  # noqa: E402,F401 (restart_bench.py, memory_bench.py import them here)
+from harness.fournode import Mesh, Node  # noqa: E402,F401 (restart_bench.py imports Node here)
+from harness.rawamqp import Drain, open_frames, storm_bytes  # noqa: E402
 from harness.sample import cpu_seconds as _cpu  # noqa: E402
 from harness.sample import rss_bytes as rss  # noqa: E402
 
-from router.amqp.codec import Described  # noqa: E402
-from router.amqp.encode import UInt, ULong, encode_value  # noqa: E402
-from router.rpc import RpcClient, RpcServer  # noqa: E402
-
 RESULTS = REPO / "benchmarks" / "results"
-ECHO = "openstack.org/om/rpc/anycast/scale/echo"
 ECHO_A = "openstack.org/om/rpc/anycast/scale/echo-a"
 STORM = "balanced/storm/"
-LOST = re.compile(r"neighbour \S+ lost|inter-router connection to \S+ lost")
-AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
-OPEN, BEGIN, ATTACH = 0x10, 0x11, 0x12
-SOURCE, TARGET = 0x28, 0x29
-PER_SESSION = 1000
 PER_CONNECTION = 1000       # a listener's default max_links (issue 17): the storm comes over many connections
 KIB, MIB = 1024, 1024 * 1024
-
-
-# ------------------------------------------------------------------------------------------- raw AMQP
-
-
-def frame(code: int, fields: list[Any], channel: int = 0) -> bytes:
-    """One AMQP frame holding a performative (encoded by the node's own codec)."""
-    body = encode_value(Described(ULong(code), fields))
-    return (8 + len(body)).to_bytes(4, "big") + b"\x02\x00" + channel.to_bytes(2, "big") + body
-
-
-def open_frames(container: str) -> bytes:
-    return AMQP_HEADER + frame(OPEN, [container, None, UInt(65536)])
-
-
-def storm_bytes(addresses: list[str], name: str = "storm") -> tuple[bytes, bytes]:
-    """(header, Open and Begins; every ATTACH) for receivers on ``addresses`` over one connection."""
-    sessions = (len(addresses) + PER_SESSION - 1) // PER_SESSION
-    begin = [None, UInt(0), UInt(65535), UInt(65535), UInt(PER_SESSION)]
-    head = open_frames(name) + b"".join(frame(BEGIN, begin, ch) for ch in range(sessions))
-    attaches = []
-    for i, address in enumerate(addresses):
-        channel, handle = divmod(i, PER_SESSION)
-        attaches.append(frame(ATTACH, [f"storm-{i}", UInt(handle), True, None, None,
-                                       Described(ULong(SOURCE), [address]), Described(ULong(TARGET), [None])],
-                              channel))
-    return head, b"".join(attaches)
-
-
-class Drain(threading.Thread):
-    """Reads and discards what the node sends on some sockets (so its output never backs up)."""
-
-    def __init__(self, socks: list[socket.socket]) -> None:
-        super().__init__(daemon=True)
-        self.socks = socks
-        self.stop = False
-
-    def run(self) -> None:
-        import selectors
-        sel = selectors.DefaultSelector()
-        for s in self.socks:                # no setblocking(False): another thread may be writing
-            sel.register(s, selectors.EVENT_READ)
-        while not self.stop:
-            for key, _ in sel.select(0.2):
-                try:
-                    if not key.fileobj.recv(1 << 16, socket.MSG_DONTWAIT):
-                        sel.unregister(key.fileobj)
-                except (BlockingIOError, OSError):
-                    pass
-        sel.close()
-
-
-# ------------------------------------------------------------------------------------------------ nodes
-
-
-@dataclass
-class Node:
-    """One node of the mesh, as the measurements use it."""
-
-    node_id: str
-    mesh: hm.Mesh
-
-    @property
-    def proc(self) -> subprocess.Popen[bytes]:
-        return self.mesh.children[self.node_id]
-
-    @property
-    def url(self) -> str:
-        return self.mesh.url(self.node_id)
-
-    @property
-    def port(self) -> int:
-        return self.mesh.port(self.node_id)
-
-    @property
-    def stderr(self) -> Path:
-        return self.mesh.stderr(self.node_id)
-
-    def state(self, timeout: float = 2.0) -> dict[str, Any] | None:
-        """A fresh SIGUSR1 state line (None if none came in time)."""
-        try:
-            return self.mesh.state(self.node_id, timeout)
-        except BenchError:
-            return None
-
-
-@dataclass
-class Mesh:
-    """topologies/four-node.yaml's mesh on free ports, default timers, ``idle_timeout: 0``."""
-
-    run_dir: Path
-    nodes: dict[str, Node] = field(default_factory=dict)
-
-    def start(self) -> None:
-        settings = {**hm.shipped_settings("four-node"), "idle_timeout": 0, "link_capacity": 250,
-                    "log_level": "info"}
-        self.mesh = hm.Mesh(hm.make_topology("scale", "ABCD", hm.FOUR_NODE_EDGES, settings), self.run_dir)
-        self.mesh.start()
-        self.mesh.wait_ready(20)
-        self.nodes = {n: Node(n, self.mesh) for n in self.mesh.topology.node_ids}
-
-    def losses(self) -> dict[str, list[str]]:
-        return {n: LOST.findall(node.stderr.read_text(errors="replace")) for n, node in self.nodes.items()}
-
-    def stop(self) -> None:
-        self.mesh.stop()
-
-
-# ----------------------------------------------------------------------------------------------- canary
-
-
-class Canary(threading.Thread):
-    """RPC calls to `address` at a fixed rate; (start time, latency or None on error) per call."""
-
-    def __init__(self, url: str, rate: float, address: str = ECHO) -> None:
-        super().__init__(daemon=True)
-        self.url, self.period, self.address = url, 1.0 / rate, address
-        self.samples: list[tuple[float, float | None]] = []
-        self.stop = False
-
-    def run(self) -> None:
-        with RpcClient(self.url, timeout=5, name="canary") as c:
-            nxt = time.monotonic()
-            while not self.stop:
-                t0 = time.monotonic()
-                try:
-                    c.call(self.address, "ping")
-                    self.samples.append((t0, time.monotonic() - t0))
-                except Exception:
-                    self.samples.append((t0, None))
-                nxt += self.period
-                time.sleep(max(0.0, nxt - time.monotonic()))
-
-
-def _probe_main(pipe: Any, caller_url: str, callee_url: str, address: str, rate: float, name: str) -> None:
-    """A canary's own process: the echo server and the caller, answering "samples" and "stop" requests."""
-    server = RpcServer(callee_url, address, lambda body, props: body, name=f"echo-{name}")
-    try:
-        _wait_for_server(caller_url, address)
-        canary = Canary(caller_url, rate, address)
-        canary.start()
-        pipe.send("ready")
-        while pipe.recv() != "stop":
-            pipe.send(list(canary.samples))
-        canary.stop = True
-        canary.join(10)
-        pipe.send(list(canary.samples))
-    finally:
-        with contextlib.suppress(Exception):
-            server.stop()
-
-
-class CanaryProcess:
-    """A canary RPC stream (echo server on the callee node, caller on the caller node) in a process of its
-    own, so that the load the benchmark generates in this process (the storm's writer threads, the reader
-    of A's answers) never holds the canary's interpreter: its latency is the mesh's."""
-
-    def __init__(self, caller_url: str, callee_url: str, address: str, rate: float, name: str) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._pipe, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_probe_main, daemon=True,
-                                 args=(child, caller_url, callee_url, address, rate, name))
-        self._proc.start()
-        if not self._pipe.poll(60) or self._pipe.recv() != "ready":
-            raise SystemExit(f"scale_bench: the canary {name} did not start")
-        self._final: list | None = None
-
-    def samples(self) -> list[tuple[float, float | None]]:
-        if self._final is not None:
-            return self._final
-        self._pipe.send("samples")
-        return self._pipe.recv()
-
-    def stop(self) -> None:
-        if self._final is None and self._proc.is_alive():
-            self._pipe.send("stop")
-            self._final = self._pipe.recv() if self._pipe.poll(20) else []
-        self._proc.join(10)
-
-    def window(self, start: float, end: float) -> dict[str, Any]:
-        """Calls begun between `start` and `end` (time.monotonic(), the same clock in every process)."""
-        samples = self.samples()
-        lat = sorted(x for t, x in samples if start <= t <= end and x is not None)
-        errors = sum(1 for t, x in samples if start <= t <= end and x is None)
-        if not lat:
-            return {"calls": 0, "errors": errors}
-        offset = time.time() - time.monotonic()     # slow calls by wall clock, to match the nodes' logs
-        slow = [(_clock(t + offset), round(1000 * x, 1))
-                for t, x in samples if start <= t <= end and x is not None and x > 0.02]
-        return {"calls": len(lat), "errors": errors, "p50_ms": 1000 * statistics.median(lat),
-                "p99_ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], "max_ms": 1000 * lat[-1],
-                "slow_calls": slow}
-
-
-def _wait_for_server(url: str, address: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    with RpcClient(url, timeout=2) as c:
-        while True:
-            try:
-                c.call(address, "hello")
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
 
 
 # -------------------------------------------------------------------------------------------- measures

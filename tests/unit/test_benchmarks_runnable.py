@@ -1,6 +1,6 @@
 """benchmarks/ stays runnable: every scenario answers --help (so it imports the harness and what it
-needs), headline.py lists what `make bench` runs, and the harness's statistics and table reading are
-right. The benchmarks themselves run with `make bench` (BENCHMARKS.md), not here."""
+needs), headline.py lists what `make bench` runs and finds the result files, and the harness's
+statistics and tables are right. The benchmarks themselves run with `make bench` (BENCHMARKS.md), not here."""
 
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ sys.path.insert(0, str(BENCH))
 from harness.report import markdown_table  # noqa: E402
 from harness.sample import nearest_rank, percentile  # noqa: E402
 
-#: helpers that other scenarios start, not scenarios (their own command lines, no --help)
-HELPERS = {"large_client.py"}
+#: helpers that other scenarios start (their own command lines, no --help) or import, not scenarios
+HELPERS = {"large_client.py", "soak_traffic.py"}
 SCENARIOS = sorted(p.name for p in BENCH.glob("*.py") if p.name not in HELPERS)
 
 
 def test_the_scenarios_are_there():
-    assert {"headline.py", "node_bench.py", "mesh_bench.py", "rpc_bench.py", "scale_bench.py",
-            "startup_bench.py", "qdr_compare.py"} <= set(SCENARIOS)
+    assert {"headline.py", "node_bench.py", "mesh_bench.py", "mesh_convergence.py", "mesh_reroute.py",
+            "rpc_bench.py", "scale_bench.py", "startup_bench.py", "qdr_compare.py",
+            "soak_cycle.py"} <= set(SCENARIOS)
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +57,13 @@ def test_headline_lists_the_headline_set():
     assert bad.returncode == 2 and "unknown section(s) nodes" in bad.stderr
 
 
-def test_headline_reads_the_tables_a_scenario_prints():
-    from headline import tables
+def test_headline_finds_the_result_file_a_scenario_names():
+    from headline import RESULT_FILE
 
-    out = "run 1: 3 ms\n| a | b |\n|---|---:|\n| x | 1 |\nmedian 3\n|not a table|\n\n| c |\n|---|\n"
-    assert tables(out) == ["| a | b |\n|---|---:|\n| x | 1 |", "| c |\n|---|"]
+    out = ("run 1\nResults: benchmarks/results/20261202-0640-headline.json\n"
+           "(details: benchmarks/results/20261202-0641-scale-headline.json)\nresults: none.json\n")
+    assert RESULT_FILE.findall(out) == ["benchmarks/results/20261202-0640-headline.json",
+                                        "benchmarks/results/20261202-0641-scale-headline.json"]
 
 
 def test_percentiles():
