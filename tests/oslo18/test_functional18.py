@@ -7,8 +7,9 @@ with the package in .venv-oslo18) with RPC_TRANSPORT_URL / NOTIFY_TRANSPORT_URL 
   starts at a random one of them, so servers, clients, notifiers and listeners are spread over the nodes;
 - ``edges``: qdrouterd's RouterTest shape (docs/EDGE.md; tests/support/edges.py): interiors INT.A and
   INT.B, edges EA1, EA2 on INT.A and EB1, EB2 on INT.B, only the edges in the URL
-  (``amqp://EA1,EA2,EB1,EB2/``): every client sits on an edge, and a call, cast or notification goes
-  edge -> interior -> edge, through one interior or both.
+  (``amqp://EA1,EA2,EB1,EB2/``): every client sits on an edge, and a call, cast or notification stays
+  on one edge or goes edge -> interior -> edge, through one interior or both (checked at the end: every
+  edge had client deliveries and both interiors carried deliveries in transit).
 
 The four runs go at once (the suite mostly sleeps: about a minute each on this VM), but for MetricsTestCase,
 whose metrics server has a fixed port (3000) and socket: it runs after, one target at a time.
