@@ -37,7 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter, deque
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -45,10 +45,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_message, outcome_name  # noqa: E402,E501
+from tests.support.clients import ACCEPTED, Client, make_message, outcome_name  # noqa: E402
 from tests.support.edges import state_line  # noqa: E402
 from tests.support.nodes import MESH_RULES, NodeProcess, kill9, spawn, stop  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
+from tests.support.traffic import stream_across_a_kill  # noqa: E402
 from tests.support.waiting import close_all, pump, pump_for, wait_until  # noqa: E402
 
 MOVED_RE = re.compile(r"^(\S+ \S+) INFO router.node.edges: edge traffic goes through interior (\S+)")
@@ -126,39 +127,10 @@ def uplinks(edges: list[NodeProcess]) -> dict[str, str | None]:
 
 def stream(s, rx, kill, total: int, kill_after: int, deadline: float = 60.0) -> dict:
     """Send `total` ids from `s` (resending RELEASED / MODIFIED) while `rx` accepts; `kill()` once
-    `kill_after` reached `rx`."""
-    per_id: dict[int, list] = {}
-    pending: dict = {}
-    resend: deque[int] = deque()
-    nxt = 0
-    killed = False
-    t0 = time.monotonic()
-    while True:
-        for tag, (mid, tr) in list(pending.items()):
-            if tr.settled:
-                del pending[tag]
-                per_id.setdefault(mid, []).append(tr.state)
-                if tr.state in (RELEASED, MODIFIED):
-                    resend.append(mid)
-        sent = 0
-        while s.credit - s.queued > 0 and (resend or nxt < total):
-            mid = resend.popleft() if resend else nxt
-            if mid == nxt:
-                nxt += 1
-            tr = s.send(make_message(f"p{mid}", properties={"mid": mid}))
-            pending[tr.tag] = (mid, tr)
-            sent += 1
-        if not killed and len(rx.received) >= kill_after and sent:
-            pump(0.0)
-            kill()
-            killed = True
-        if nxt == total and not resend and not pending:
-            break
-        if time.monotonic() - t0 > deadline:
-            break
-        pump(0.02)
-    outcomes = Counter(outcome_name(x) for states in per_id.values() for x in states)
-    accepted = {mid for mid, states in per_id.items() if ACCEPTED in states}
+    `kill_after` reached `rx` (tests.support.traffic.stream_across_a_kill, as the failover test)."""
+    st = stream_across_a_kill(s, rx, kill, total, kill_after, deadline)
+    outcomes = Counter(outcome_name(x) for states in st.per_id.values() for x in states)
+    accepted = {mid for mid, states in st.per_id.items() if ACCEPTED in states}
     return {"ids": total, "accepted_ids": len(accepted), "lost": total - len(accepted),
             "outcomes": dict(outcomes), "received": len(rx.received)}
 

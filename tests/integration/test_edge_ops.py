@@ -12,20 +12,13 @@ import pytest
 from router.config import load_config
 from router.management.client import ManagementClient
 from router.management.console import MeshReader
-from tests.support.edges import router_test
-from tests.support.nodes import REPO_ROOT, NodeSet
-from tests.support.waiting import close_all
+from tests.support.edges import router_test_mesh
+from tests.support.nodes import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
-    nodes = NodeSet(tmp_path_factory.mktemp("edge-ops"))
-    made = router_test(nodes.start)
-    yield made
-    close_all()
-    failure = nodes.stop_all()
-    if failure:
-        pytest.fail(failure, pytrace=False)
+    yield from router_test_mesh(tmp_path_factory, "edge-ops")
 
 
 def stat(*args: str) -> str:

@@ -12,29 +12,21 @@ from collections import Counter
 import oslo_messaging as om
 import pytest
 
-from tests.support.edges import router_test
-from tests.support.nodes import NodeSet
+from tests.support.edges import EDGES, router_test_mesh
 from tests.support.oslo import EchoEndpoint, notify_address, rpc_addresses
 from tests.support.state import mesh_view
-from tests.support.waiting import close_all, wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.filterwarnings("ignore:Using class:DeprecationWarning"),
 ]
-EDGES = ("EA1", "EA2", "EB1", "EB2")
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
     """Overrides tests/oslo/conftest.py's four-node mesh for this module (the `oslo` fixture uses it)."""
-    nodes = NodeSet(tmp_path_factory.mktemp("edge-oslo"))
-    made = router_test(nodes.start)
-    yield made
-    close_all()
-    failure = nodes.stop_all()
-    if failure:
-        pytest.fail(failure, pytrace=False)
+    yield from router_test_mesh(tmp_path_factory, "edge-oslo")
 
 
 def wait_interiors(mesh, address: str, edges) -> None:

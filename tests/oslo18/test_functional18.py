@@ -4,11 +4,16 @@ with the package in .venv-oslo18) with RPC_TRANSPORT_URL / NOTIFY_TRANSPORT_URL 
 - ``rabbit``: the local RabbitMQ with the ``rabbit`` driver (the baseline, run in the same window);
 - ``node``: one meshrouter node (``amqp://HOST:PORT/``);
 - ``mesh``: the four-node mesh, every host in the URL (``amqp://A,B,C,D/``): each connection of the suite
-  starts at a random one of them, so servers, clients, notifiers and listeners are spread over the nodes.
+  starts at a random one of them, so servers, clients, notifiers and listeners are spread over the nodes;
+- ``edges``: qdrouterd's RouterTest shape (docs/EDGE.md; tests/support/edges.py): interiors INT.A and
+  INT.B, edges EA1, EA2 on INT.A and EB1, EB2 on INT.B, only the edges in the URL
+  (``amqp://EA1,EA2,EB1,EB2/``): every client sits on an edge, and a call, cast or notification stays
+  on one edge or goes edge -> interior -> edge, through one interior or both (checked at the end: every
+  edge had client deliveries and both interiors carried deliveries in transit).
 
-The three runs go at once (the suite mostly sleeps: about a minute each on this VM), but for MetricsTestCase,
+The four runs go at once (the suite mostly sleeps: about a minute each on this VM), but for MetricsTestCase,
 whose metrics server has a fixed port (3000) and socket: it runs after, one target at a time.
-Every test the rabbit run passes must pass through the node and through the mesh, except those the suite
+Every test the rabbit run passes must pass through the node, the mesh and the edges, except those the suite
 itself skips for ``amqp:`` URLs; they must skip with the suite's own reason.
 """
 
@@ -22,11 +27,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.edges import EDGES, router_test
 from tests.support.meshes import build
 from tests.support.nodes import MESH_RULES
 from tests.support.oslo import MESH_EDGES, MESH_NODES
 from tests.support.oslo18 import VENV, ensure_venv
 from tests.support.rabbit import RABBIT_HOST, RABBIT_PORT, require_rabbit
+from tests.support.state import node_state
 
 SUITE = "oslo_messaging.tests.functional.test_functional"
 # skipped by the suite itself for amqp: URLs (its code: `if self.rpc_url.startswith("amqp:")` /
@@ -70,15 +77,20 @@ def _outcomes(xml: Path) -> dict[str, tuple[str, str]]:
     return out
 
 
-def test_oslo_18_functional_tests_pass_through_a_node_and_the_mesh_wherever_rabbit_passes(node_factory,
-                                                                                         tmp_path):
+def test_oslo_18_functional_tests_pass_through_a_node_the_mesh_and_edges_wherever_rabbit_passes(
+        node_factory, tmp_path):
     require_rabbit()
     single = node_factory("S", rules=MESH_RULES)
     mesh = build(node_factory, MESH_NODES, MESH_EDGES, rules=MESH_RULES)
-    hosts = ",".join(f"{n.host}:{n.port}" for n in mesh.values())
+    edged = router_test(node_factory)
+
+    def url(nodes) -> str:
+        return "amqp://" + ",".join(f"{n.host}:{n.port}" for n in nodes) + "/"
+
     runs = {"rabbit": f"rabbit://guest:guest@{RABBIT_HOST}:{RABBIT_PORT}/",
-            "node": f"amqp://{single.host}:{single.port}/",
-            "mesh": f"amqp://{hosts}/"}
+            "node": url([single]),
+            "mesh": url(mesh.values()),
+            "edges": url([edged[e] for e in EDGES])}
     t0 = time.monotonic()
     took: dict[str, float] = {}
     results: dict[str, dict] = {label: {} for label in runs}
@@ -101,10 +113,16 @@ def test_oslo_18_functional_tests_pass_through_a_node_and_the_mesh_wherever_rabb
     for label, u in runs.items():
         finish(label, *_start(label, u, tmp_path, "MetricsTestCase"))
     print("functional suite durations (s, from the common start):", {k: round(v) for k, v in took.items()})
+    carried = {n: {k: node_state(edged[n]).node[k] for k in ("deliveriesIngress", "deliveriesTransit")}
+               for n in edged}
+    print("edges target, deliveries per node:", carried)
+    # the suite's clients were on every edge, and its traffic crossed both interiors
+    assert all(carried[e]["deliveriesIngress"] > 0 for e in EDGES), carried
+    assert all(carried[i]["deliveriesTransit"] > 0 for i in ("INT.A", "INT.B")), carried
     rabbit = results["rabbit"]
     passed = sorted(t for t, (o, _) in rabbit.items() if o == "passed")
     assert len(passed) >= 15, f"the rabbit baseline passed only {passed}: {rabbit}"
-    for label in ("node", "mesh"):
+    for label in ("node", "mesh", "edges"):
         got = results[label]
         bad = {}
         for t in passed:

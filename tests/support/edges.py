@@ -3,8 +3,9 @@ with uplinks to them.
 
 :func:`router_test` starts qdrouterd's `RouterTest` shape: interiors INT.A and INT.B joined by one
 inter-router link, edges EA1 and EA2 whose cheapest uplink is INT.A, EB1 and EB2 whose cheapest is
-INT.B (each edge also has the other interior as its standby uplink). An edge's state (its active uplink)
-is read from its SIGUSR1 state line (:func:`tests.support.state`'s management view covers interiors).
+INT.B (each edge also has the other interior as its standby uplink); :func:`router_test_mesh` is that
+topology as a module-scoped fixture's body. An edge's state (its active uplink) is read from its SIGUSR1
+state line (:func:`tests.support.state`'s management view covers interiors).
 """
 
 from __future__ import annotations
@@ -13,12 +14,17 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import pytest
+
 from tests.support.meshes import HELLO, MESH_RULES, mesh_node, wait_converged
+from tests.support.nodes import NodeSet
 from tests.support.ports import listening
-from tests.support.waiting import wait_until
+from tests.support.waiting import close_all, wait_until
+
+EDGES = ("EA1", "EA2", "EB1", "EB2")    # router_test's edges
 
 
 def edge_port(node: Any) -> int:
@@ -98,7 +104,23 @@ def router_test(node_factory: Callable[..., Any], *, uplink_idle_timeout: float 
     return nodes
 
 
-__all__ = ["HELLO", "edge", "edge_port", "interior", "router_test", "state_line", "uplink_of"]
+def router_test_mesh(tmp_path_factory: pytest.TempPathFactory, label: str) -> Iterator[dict[str, Any]]:
+    """The body of a module-scoped fixture: ``yield from router_test_mesh(tmp_path_factory, "edge-x")``.
+    Yields :func:`router_test`'s nodes (their files in a temporary directory named after `label`); at
+    the end (or when the start fails) closes every client, stops the nodes and fails if one died, did
+    not stop or exited non-zero (as tests/conftest.py's ``node_factory``)."""
+    nodes = NodeSet(tmp_path_factory.mktemp(label))
+    try:
+        yield router_test(nodes.start)
+    finally:                # also when router_test fails: no node is left running
+        close_all()
+        failure = nodes.stop_all()
+    if failure:
+        pytest.fail(failure, pytrace=False)
+
+
+__all__ = ["EDGES", "HELLO", "edge", "edge_port", "interior", "router_test", "router_test_mesh", "state_line",
+           "uplink_of"]
 
 
 def _capability(terminus: Any, capability: str) -> None:

@@ -23,7 +23,8 @@ from tests.support.ports import free_ports
 
 TOPOLOGIES = REPO_ROOT / "topologies"
 FAST_TIMERS = {"hello_interval": 0.2, "hello_max_age": 0.6, "ra_interval_flux": 1.0}
-URL_RE = re.compile(r"^(?P<node>\S+) (?P<url>amqp://127\.0\.0\.1:(?P<port>\d+))$", re.M)
+# `mesh up` pads the ids to the longest one ("EA1   amqp://..." beside "INT.A amqp://...")
+URL_RE = re.compile(r"^(?P<node>\S+) +(?P<url>amqp://127\.0\.0\.1:(?P<port>\d+))$", re.M)
 CONVERGED_RE = re.compile(r"converged in (?P<total>[\d.]+) s \((?P<after_ready>[\d.]+) s after")
 CLI_TIMEOUT = 60.0
 
@@ -83,11 +84,12 @@ class Mesh:
 def rewrite(source: Path, dest: Path, *, fast: bool) -> Path:
     """A copy of ``source`` on free ports (and fast control-plane timers if ``fast``)."""
     data = yaml.safe_load(source.read_text())
-    ports = iter(free_ports(2 * len(data["nodes"])))
+    ports = iter(free_ports(3 * len(data["nodes"])))
     for spec in data["nodes"].values():
         spec["client_port"] = next(ports)
-        if "inter_router_port" in spec:
-            spec["inter_router_port"] = next(ports)
+        for key in ("inter_router_port", "edge_port"):      # an interior's; edge_port: edge mode's
+            if key in spec:
+                spec[key] = next(ports)
     if fast:
         data["router"] = dict(FAST_TIMERS)
     dest.write_text(yaml.safe_dump(data, sort_keys=False))

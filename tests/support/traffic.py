@@ -3,6 +3,9 @@
 * :func:`send_paced`: one message at a time, each after the previous one's outcome is known.
 * :class:`AuditStream`: a producer that keeps a window of deliveries in flight and checks at the end
   that no message vanished or was duplicated (the fault tests' message audit).
+* :func:`stream_across_a_kill`: ids sent as fast as credit allows (RELEASED / MODIFIED ones again), with
+  a fault injected once enough arrived (edge failover: tests/system/test_edge_failover.py and
+  benchmarks/edge_bench.py).
 * :class:`EchoServer`: an RPC server on the test client (answers each request's ``reply_to``).
 * :func:`outcome_counts`, :func:`qd_keys`: summaries of trackers and of received annotations.
 """
@@ -10,8 +13,10 @@
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from tests.support.clients import (
     ACCEPTED,
@@ -25,7 +30,7 @@ from tests.support.clients import (
     make_message,
     outcome_name,
 )
-from tests.support.waiting import DEFAULT_TIMEOUT, wait_for
+from tests.support.waiting import DEFAULT_TIMEOUT, pump, wait_for
 
 QD_PREFIX = "x-opt-qd."
 
@@ -47,6 +52,61 @@ def send_paced(sender: SenderLink, receivers: list[ReceiverLink], n: int, body_p
         if owner.auto_accept:
             tr.wait(timeout)
     return trackers
+
+
+@dataclass
+class KilledStream:
+    """What :func:`stream_across_a_kill` saw: each id's outcomes in order, the attempts, when the fault
+    was injected (monotonic time, None if never), whether every id was settled before the deadline, and
+    the stream's state at its end (for a failure message)."""
+
+    per_id: dict[int, list[Any]] = field(default_factory=dict)
+    attempts: int = 0
+    killed: float | None = None
+    done: bool = False
+    where: str = ""
+
+
+def stream_across_a_kill(sender: SenderLink, receiver: ReceiverLink, kill: Callable[[], None], total: int,
+                         kill_after: int, deadline: float) -> KilledStream:
+    """Send ids ``0..total-1`` (body ``payload-ID``, application property ``mid``) from ``sender`` as
+    credit allows, sending each RELEASED or MODIFIED attempt again; call ``kill()`` once, in a turn that
+    sent something, after ``receiver`` has ``kill_after`` messages. Ends when every id has been settled
+    and none waits to be sent again, or after ``deadline`` s (``done`` False)."""
+    out = KilledStream()
+    pending: dict[object, tuple[int, Tracker]] = {}
+    resend: deque[int] = deque()
+    nxt = 0
+    start = time.monotonic()
+    while True:
+        for tag, (mid, tr) in list(pending.items()):
+            if tr.settled:
+                del pending[tag]
+                out.per_id.setdefault(mid, []).append(tr.state)
+                if tr.state in (RELEASED, MODIFIED):
+                    resend.append(mid)
+        sent_now = 0
+        while sender.credit - sender.queued > 0 and (resend or nxt < total):
+            if resend:
+                mid = resend.popleft()
+            else:
+                mid, nxt = nxt, nxt + 1
+            tr = sender.send(make_message(f"payload-{mid}", properties={"mid": mid}))
+            out.attempts += 1
+            pending[tr.tag] = (mid, tr)
+            sent_now += 1
+        if out.killed is None and len(receiver.received) >= kill_after and sent_now:
+            pump(0.0)
+            kill()
+            out.killed = time.monotonic()
+        out.where = (f"{nxt}/{total} ids, {len(pending)} pending, {len(resend)} to resend, credit "
+                     f"{sender.credit}, received {len(receiver.received)}")
+        if nxt == total and not resend and not pending:
+            out.done = True
+            return out
+        if time.monotonic() - start > deadline:
+            return out
+        pump(0.02)
 
 
 def qd_keys(message) -> list[str]:

@@ -12,14 +12,15 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections import Counter, deque
+from collections import Counter
 
 import pytest
 
 from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_message
 from tests.support.edges import router_test, uplink_of
 from tests.support.nodes import kill9
-from tests.support.waiting import WaitTimeout, pump, wait_until
+from tests.support.traffic import stream_across_a_kill
+from tests.support.waiting import WaitTimeout, wait_until
 
 ADDR = "balanced/edge-stream"
 TOTAL = 1500
@@ -28,39 +29,10 @@ DEADLINE = 40.0
 
 
 def _stream(s, rx, kill, total: int = TOTAL) -> dict:
-    per_id: dict[int, list[int]] = {}
-    pending: dict[object, tuple[int, object]] = {}
-    resend: deque[int] = deque()
-    nxt = attempts = 0
-    killed = None
-    start = time.monotonic()
-    while True:
-        for tag, (mid, tr) in list(pending.items()):
-            if tr.settled:
-                del pending[tag]
-                per_id.setdefault(mid, []).append(tr.state)
-                if tr.state in (RELEASED, MODIFIED):
-                    resend.append(mid)
-        sent_now = 0
-        while s.credit - s.queued > 0 and (resend or nxt < total):
-            if resend:
-                mid = resend.popleft()
-            else:
-                mid, nxt = nxt, nxt + 1
-            tr = s.send(make_message(f"payload-{mid}", properties={"mid": mid}))
-            attempts += 1
-            pending[tr.tag] = (mid, tr)
-            sent_now += 1
-        if killed is None and len(rx.received) >= KILL_AFTER and sent_now:
-            pump(0.0)
-            kill()
-            killed = time.monotonic()
-        if nxt == total and not resend and not pending:
-            return {"per_id": per_id, "attempts": attempts, "killed": killed}
-        if time.monotonic() - start > DEADLINE:
-            raise WaitTimeout(f"stream not done: {nxt}/{total} ids, {len(pending)} pending, "
-                              f"{len(resend)} to resend, credit {s.credit}, received {len(rx.received)}")
-        pump(0.02)
+    st = stream_across_a_kill(s, rx, kill, total, KILL_AFTER, DEADLINE)
+    if not st.done:
+        raise WaitTimeout(f"stream not done: {st.where}")
+    return {"per_id": st.per_id, "attempts": st.attempts, "killed": st.killed}
 
 
 def _audit(st: dict, rx) -> Counter:

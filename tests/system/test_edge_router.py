@@ -15,24 +15,16 @@ from collections import Counter
 import pytest
 
 from tests.support.clients import ACCEPTED, RELEASED, Client, make_message
-from tests.support.edges import router_test
+from tests.support.edges import EDGES, router_test_mesh
 from tests.support.management import Requester
-from tests.support.nodes import NodeSet
-from tests.support.waiting import close_all, pump_for, wait_until
+from tests.support.waiting import pump_for, wait_until
 
-EDGES = ("EA1", "EA2", "EB1", "EB2")
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
-    nodes = NodeSet(tmp_path_factory.mktemp("edge"))
-    made = router_test(nodes.start)
-    yield made
-    close_all()
-    failure = nodes.stop_all()
-    if failure:
-        pytest.fail(failure, pytrace=False)
+    yield from router_test_mesh(tmp_path_factory, "edge")
 
 
 def name(prefix: str) -> str:

@@ -10,21 +10,14 @@ import pytest
 from router.edge.messages import EDGE_ADDR, EdgeMessage, encode
 from router.node.mesh import encode_control
 from tests.support.clients import ACCEPTED, Client, make_message
-from tests.support.edges import FakeEdge, edge_port, router_test
-from tests.support.nodes import NodeSet
+from tests.support.edges import FakeEdge, edge_port, router_test_mesh
 from tests.support.state import mesh_view
-from tests.support.waiting import close_all, pump_for, wait_until
+from tests.support.waiting import pump_for, wait_until
 
 
 @pytest.fixture(scope="module")
 def mesh(tmp_path_factory):
-    nodes = NodeSet(tmp_path_factory.mktemp("edge-sec"))
-    made = router_test(nodes.start)
-    yield made
-    close_all()
-    failure = nodes.stop_all()
-    if failure:
-        pytest.fail(failure, pytrace=False)
+    yield from router_test_mesh(tmp_path_factory, "edge-sec")
 
 
 def _edge_url(node) -> str:
