@@ -52,8 +52,15 @@ from router.forwarding.records import (
     Producer,
 )
 
-STREAM_HIGH_WATER = 1024 * 1024      # pause a streamed message while its consumer's session holds more
-STREAM_CHUNK = 256 * 1024            # bytes moved per step of a streamed message
+# Pause a streamed message while its consumer's session holds more than this. Kept small because of what
+# Proton-C does with a delivery's unsent bytes: every time the transport writes frames of an outgoing delivery
+# it first makes the delivery's buffer contiguous (pn_buffer_bytes -> defrag), a byte-by-byte rotation of the
+# buffer's whole capacity. With 1 MiB waiting (and 256 KiB steps: a 2 MiB buffer) the node that streamed a
+# 100 MB message on spent 2-6 ms of CPU in some single turns and the RPC calls beside it waited (issue 29,
+# point 3); with 64 KiB no turn took 2 ms, its CPU per streamed byte fell by about a third, and the stream
+# was as fast (benchmarks/large_bench.py hol).
+STREAM_HIGH_WATER = 64 * 1024
+STREAM_CHUNK = 64 * 1024             # bytes moved per step of a streamed message
 ANON_SCAN_LIMIT = 64 * 1024          # sections before the body must fit in this to be routed
 
 
