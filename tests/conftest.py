@@ -6,6 +6,9 @@
 SIGTERM; the test fails if the node died during the test, does not stop within 10 s or does not exit
 0. The node's stderr goes to a file whose tail is attached to the report of a failed test.
 
+The last test of a module fails when the module left file descriptors open (tests/support/fds.py):
+the clients wait with select(), which takes none above 1023.
+
 Everything the fixtures use lives in tests/support (tests import only from there).
 """
 
