@@ -65,13 +65,18 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else "(no output)"
 
 
-def _misses(topology: Topology, node_id: str, reader: StateReader) -> list[str]:
+def _misses(topology: Topology, node_id: str, reader: StateReader, preferred: bool = False) -> list[str]:
     """What `node_id` does not see yet: nodes it cannot reach, and edges of the topology (a link to a
-    neighbour) that are not up, e.g. ``D (no direct link)``."""
+    neighbour) that are not up, e.g. ``D (no direct link)``. An edge sees the mesh once its traffic goes
+    through an uplink; with `preferred` (a mesh just started: every interior is up) through its first."""
     spec = topology.node(node_id)
-    if spec.is_edge:                    # an edge sees the mesh once its traffic goes through an uplink
-        edge = (reader.state or {}).get("edge") or {}
-        return [] if edge.get("uplink") else [f"{', '.join(spec.uplinks)} (no uplink)"]
+    if spec.is_edge:
+        uplink = ((reader.state or {}).get("edge") or {}).get("uplink")
+        if not uplink:
+            return [f"{', '.join(spec.uplinks)} (no uplink)"]
+        if preferred and uplink != spec.uplinks[0]:
+            return [f"{spec.uplinks[0]} (its uplink is still {uplink})"]
+        return []
     reachable = set(reader.mesh.get("reachable") or ())
     neighbors = set(reader.mesh.get("neighbors") or ())
     edge_peers = {e.target if e.source == node_id else e.source for e in topology.edges
@@ -80,8 +85,8 @@ def _misses(topology: Topology, node_id: str, reader: StateReader) -> list[str]:
             if n != node_id and (n not in reachable or (n in edge_peers and n not in neighbors))]
 
 
-def _sees_all(topology: Topology, node_id: str, reader: StateReader) -> bool:
-    return reader.state is not None and not _misses(topology, node_id, reader)
+def _sees_all(topology: Topology, node_id: str, reader: StateReader, preferred: bool = False) -> bool:
+    return reader.state is not None and not _misses(topology, node_id, reader, preferred)
 
 
 # --------------------------------------------------------------------------------------------- up
@@ -114,7 +119,7 @@ def _converge(ctx: Context, children: Mapping[str, subprocess.Popen[bytes]], sta
                     ready_at[node_id] = now
             for node_id in ready_at:
                 readers[node_id].read()
-            done = [n for n in ready_at if _sees_all(topology, n, readers[n])]
+            done = [n for n in ready_at if _sees_all(topology, n, readers[n], preferred=True)]
             if len(done) == total:
                 return Converged(now - started, now - max(ready_at.values()))
             if len(ready_at) < total:
@@ -138,7 +143,7 @@ def _timeout_report(topology: Topology, timeout: float, ready_at: Mapping[str, f
             lines.append(f"  {node_id}: not ready (no 'ready:' line on its stdout)")
         elif readers[node_id].state is None:
             lines.append(f"  {node_id}: no state line in its log")
-        elif missing := _misses(topology, node_id, readers[node_id]):
+        elif missing := _misses(topology, node_id, readers[node_id], preferred=True):
             lines.append(f"  {node_id} misses {', '.join(missing)}")
     return "\n".join(lines)
 
