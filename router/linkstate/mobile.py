@@ -137,6 +137,7 @@ class RemoteAddresses:
         self._changed: set[str] | None = None  # None: nobody follows the changes (yet)
         # node -> addresses whose index entry may not agree with the node's set yet (see the invariant)
         self._dirty: dict[str, set[str]] = {}
+        self.steps = 0  # steps that indexed part of a large absolute MAU or of a forgotten node's set
         self.epoch = 0  # bumped whenever the index (or a hint) changes
 
     # -- views ---------------------------------------------------------------------------------------------
@@ -191,6 +192,9 @@ class RemoteAddresses:
     def step(self, limit: int = MAU_CHUNK) -> bool:
         """Bring the index of at most ``limit`` pending addresses up to date; True if some are left."""
         dirty_nodes = self._dirty
+        if not dirty_nodes:
+            return False
+        self.steps += 1
         changed = False
         for node in list(dirty_nodes):
             dirty = dirty_nodes[node]

@@ -76,6 +76,11 @@ class EngineViews:
         MAU (a large absolute one is indexed in steps: `apply_address_updates`); 0 once all are in."""
         return self._remote.pending()
 
+    @property
+    def address_steps(self) -> int:
+        """Steps taken so far to index large absolute MAUs and forgotten nodes' sets (management)."""
+        return self._remote.steps
+
     def address_hint(self, address: str) -> int | None:
         """The MAU hint (treatment) other nodes gave ``address``."""
         return self._remote.hint(address)
