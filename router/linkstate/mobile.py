@@ -187,7 +187,7 @@ class RemoteAddresses:
 
     def pending(self) -> int:
         """Addresses whose index entry may still lag behind their node's set (0: the index is exact)."""
-        return sum(map(len, self._dirty.values()))
+        return sum(map(len, self._dirty.values())) if self._dirty else 0   # asked every pump: 0 at once
 
     def step(self, limit: int = MAU_CHUNK) -> bool:
         """Bring the index of at most ``limit`` pending addresses up to date; True if some are left."""
