@@ -96,8 +96,9 @@ class LocalAddresses:
         return self.seq, added, deleted
 
     def published(self) -> dict[str, int]:
-        """Addresses as of ``seq`` -> hint (what an absolute MAU carries)."""
-        return dict(sorted(self._published.items()))
+        """Addresses as of ``seq`` -> hint (what an absolute MAU carries), in the order they were published
+        (not sorted: a sort of 20,000 costs the node that answers a MAR 2-3 ms in that turn)."""
+        return dict(self._published)
 
 
 class Applied(enum.Enum):
