@@ -1,10 +1,12 @@
 """Bare AMQP 1.0 messages as plain Python values, for the node's own control and management messages.
 
 :func:`encode_message` builds the bytes of a message from keyword arguments; :func:`decode_message`
-reads a whole encoded message into an :class:`AmqpMessage`. Values are encoded by
-:func:`router.amqp.encode.encode_value` and decoded by :func:`router.amqp.codec.decode_value` (see
-their modules for the type mapping). No ``proton``: the node's code above the adapter uses this
-instead of python-qpid-proton's ``Message``, whose clients read these messages unchanged.
+reads a whole encoded message into an :class:`AmqpMessage`, and :func:`decode_message_steps` does the same
+in steps of a bounded number of values (a generator), for a message too large to decode in one loop turn.
+Values are encoded by :func:`router.amqp.encode.encode_value` and decoded by
+:func:`router.amqp.codec.decode_value` (see their modules for the type mapping). No ``proton``: the node's
+code above the adapter uses this instead of python-qpid-proton's ``Message``, whose clients read these
+messages unchanged.
 
 Rules :func:`decode_message` enforces (each broken rule raises :class:`MalformedError` naming the
 section and its offset; data that ends too early raises its subclass ``IncompleteError``):
