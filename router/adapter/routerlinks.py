@@ -355,7 +355,9 @@ class RouterLinks:
     @property
     def route_backlog(self) -> bool:
         """Changed addresses or queued control messages wait for a later pump (see `bulk_due_in`)."""
-        return bool(self._route_backlog) or (self.mesh is not None and self.mesh.backlog)
+        mesh = self.mesh
+        return bool(self._route_backlog) or (mesh is not None and (mesh.backlog or
+                                                                   bool(mesh.ls.address_updates_pending)))
 
     def bulk_due_in(self) -> float:
         """Seconds until the next bulk turn may run (0: now)."""
@@ -392,15 +394,17 @@ class RouterLinks:
                     mesh.local_address(key, present)
         elif not (mesh.backlog or mesh.pending or self._route_backlog) and \
                 self._routes_synced == (mesh.ls.routes_epoch, self._links_epoch) and \
-                not mesh.ls.address_changes_pending():
+                not mesh.ls.address_changes_pending() and not mesh.ls.address_updates_pending:
             return                      # nothing changed: most pumps
         start = time.perf_counter()
         bulk_turn = self._bulk.due(start)
+        ls = mesh.ls
         if mesh.backlog and bulk_turn:  # large control messages (MAUs), a turn of them
             mesh.handle_backlog()
         if mesh.pending:                # act now (paths, address updates), not at the next timer tick
             mesh.tick()
-        ls = mesh.ls
+        elif bulk_turn and ls.address_updates_pending:  # a large absolute MAU: the next part of its index
+            ls.apply_address_updates()
         changed = ls.take_address_changes()
         epoch = (ls.routes_epoch, self._links_epoch)
         if epoch == self._routes_synced and changed is not None:
@@ -410,7 +414,7 @@ class RouterLinks:
                 batch = [backlog.pop() for _ in range(min(ROUTE_BATCH, len(backlog)))]
                 self.core.update_remote_addresses(batch, ls.holders_of if edge is None else
                                                   edge.holders_of(ls))
-            if bulk_turn and (backlog or mesh.backlog):     # more to come: pace the turns
+            if bulk_turn and (backlog or mesh.backlog or ls.address_updates_pending):   # more: pace the turns
                 self._bulk.turn_done(start, time.perf_counter())
             return
         self._routes_synced = epoch

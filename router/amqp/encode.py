@@ -174,11 +174,15 @@ def _list(value: list[Any] | tuple[Any, ...]) -> bytes:
         return b"\x45"
     items = []
     append = items.append
+    small = _SMALLLONG.get
     for item in value:
-        if type(item) is str:               # inline: lists of addresses and node ids
+        t = type(item)
+        if t is str:                        # inline: lists of addresses and node ids
             data = item.encode()
             n = len(data)
             append(_STR8[n] + data if n < 256 else b"\xb1" + _PACK_I(n) + data)
+        elif t is int and (code := small(item)) is not None:   # inline: the hints of an MAU
+            append(code)
         else:
             append(_encode(item))
     return _compound(0xC0, 0xD0, len(value), items)

@@ -1,10 +1,12 @@
 """Bare AMQP 1.0 messages as plain Python values, for the node's own control and management messages.
 
 :func:`encode_message` builds the bytes of a message from keyword arguments; :func:`decode_message`
-reads a whole encoded message into an :class:`AmqpMessage`. Values are encoded by
-:func:`router.amqp.encode.encode_value` and decoded by :func:`router.amqp.codec.decode_value` (see
-their modules for the type mapping). No ``proton``: the node's code above the adapter uses this
-instead of python-qpid-proton's ``Message``, whose clients read these messages unchanged.
+reads a whole encoded message into an :class:`AmqpMessage`, and :func:`decode_message_steps` does the same
+in steps of a bounded number of values (a generator), for a message too large to decode in one loop turn.
+Values are encoded by :func:`router.amqp.encode.encode_value` and decoded by
+:func:`router.amqp.codec.decode_value` (see their modules for the type mapping). No ``proton``: the node's
+code above the adapter uses this instead of python-qpid-proton's ``Message``, whose clients read these
+messages unchanged.
 
 Rules :func:`decode_message` enforces (each broken rule raises :class:`MalformedError` naming the
 section and its offset; data that ends too early raises its subclass ``IncompleteError``):
@@ -33,15 +35,18 @@ Proton).
 
 from __future__ import annotations
 
+import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from router.amqp.codec import Described, IncompleteError, MalformedError, Symbol, decode_value
+from router.amqp.codec import _DEC as _DECODERS  # the codec's own table: one call per value in the loop below
+from router.amqp.codec import Described, IncompleteError, MalformedError, Symbol, decode_value, scan_message
 from router.amqp.encode import ULong, encode_value
 
-__all__ = ["AmqpMessage", "MessageId", "SectionTypeError", "decode_message", "encode_message"]
+__all__ = ["AmqpMessage", "MessageId", "SectionTypeError", "decode_message", "decode_message_steps",
+           "encode_message"]
 
 MessageId = int | str | bytes | uuid.UUID
 """The types of ``message-id`` and ``correlation-id``: ulong, string, binary, uuid."""
@@ -360,3 +365,88 @@ def decode_message(data: Buffer) -> AmqpMessage:
             body.append(value)
             msg.body, msg.body_type = body, name
     return msg
+
+
+_AMQP_VALUE_SECTION = b"\x00\x53\x77"
+_LIST32, _MAP32 = 0xD0, 0xD1
+_U32X2 = struct.Struct(">II")
+
+
+def decode_message_steps(data: Buffer, chunk: int = 500) -> Generator[None, None, AmqpMessage]:
+    """:func:`decode_message` in steps, for a large message: a generator that yields after every ``chunk``
+    values of the body and returns the message (``yield from``, or ``StopIteration.value``).
+
+    Only the usual shape of a large control message is taken in steps: an amqp-value body, last in the
+    message, whose value is a map32 or list32 (its entries, and those of list32 entries of a map32, are
+    decoded ``chunk`` at a time, each by :func:`decode_value`); any other message is decoded at once. The
+    result, and the errors raised (:class:`MalformedError` and its subclasses), are those of
+    :func:`decode_message`, except for the wording of some messages.
+    """
+    buf = data if isinstance(data, bytes | bytearray) else bytes(data)
+    n = len(buf)
+    try:
+        start = scan_message(buf, complete=True).body_start
+        value_at = start + len(_AMQP_VALUE_SECTION)
+        shaped = buf[start:value_at] == _AMQP_VALUE_SECTION and value_at < n and buf[value_at] in (_LIST32,
+                                                                                                 _MAP32)
+    except MalformedError:
+        shaped = False
+    if not shaped:
+        return decode_message(buf)
+    msg = decode_message(buf[:start]) if start else AmqpMessage()
+    counter = [0]
+    name = "amqp-value section"
+    try:
+        value, pos = yield from _compound_steps(buf, value_at, chunk, counter, top=True)
+    except (IndexError, struct.error) as exc:
+        raise IncompleteError(f"truncated: the {name} at offset {start} ends early") from exc
+    except UnicodeDecodeError as exc:
+        raise MalformedError(f"{exc} (in the {name} at offset {start})") from None
+    except RecursionError:
+        raise MalformedError(f"the {name} at offset {start} is nested too deeply") from None
+    if pos != n:
+        raise MalformedError(f"{n - pos} bytes at offset {pos} after the {name} are not a message section")
+    msg.body, msg.body_type = value, "amqp-value"
+    return msg
+
+
+def _compound_steps(buf: bytes | bytearray, pos: int, chunk: int, counter: list[int],
+                    top: bool) -> Generator[None, None, tuple[Any, int]]:
+    """The list32 / map32 at ``pos`` (a map32's list32 values in steps too when ``top``): (value, end)."""
+    code = buf[pos]
+    size, count = _U32X2.unpack_from(buf, pos + 1)
+    if size < 4:
+        raise MalformedError(f"{'map' if code == _MAP32 else 'list'}32 size too small")
+    pos, end = pos + 9, pos + 5 + size
+    if end > len(buf):
+        raise IncompleteError(f"value needs {end} bytes, only {len(buf)} available")
+    if count > end - pos:
+        raise MalformedError(f"compound count {count} does not fit in its size")
+    if code == _MAP32 and count % 2:
+        raise MalformedError("map has an odd number of elements")
+    items: list[Any] = []
+    append, decoders, containers = items.append, _DECODERS, (list, dict, Described)
+    nested = top and code == _MAP32
+    for i in range(count):
+        if pos >= end:
+            raise MalformedError("compound items do not match its size field")
+        if nested and i % 2 and buf[pos] == _LIST32:
+            item, pos = yield from _compound_steps(buf, pos, chunk, counter, top=False)
+        else:
+            item, pos = decoders[buf[pos]](buf, pos + 1)
+            if type(item) in containers:
+                _check_keys(item, "amqp-value")
+        append(item)
+        counter[0] += 1
+        if counter[0] >= chunk:
+            counter[0] = 0
+            yield
+    if pos != end:
+        raise MalformedError("compound items do not match its size field")
+    if code == _LIST32:
+        return items, end
+    pairs = list(zip(items[::2], items[1::2], strict=True))
+    try:
+        return dict(pairs), end
+    except TypeError:
+        raise MalformedError("a map in the amqp-value section has a key of unhashable type") from None

@@ -145,6 +145,7 @@ class LinkStateEngine(EngineViews, Admission, Sending):
             self._recompute(now)
         if self._wants_due:
             self._flush_wants(now, out)
+        self._remote.step()     # a large absolute MAU's index, a bounded part of it (the adapter may do more)
         if due(now, self._last_mau, self.config.mobile_interval):
             while (diff := self._local.take_diff(MAU_CHUNK)) is not None:   # a burst: several in order
                 self._last_mau = now
@@ -248,6 +249,12 @@ class LinkStateEngine(EngineViews, Admission, Sending):
     def remove_local_address(self, address: str) -> None:
         """``address`` lost its last local destination."""
         self._local.remove(address)
+
+    def apply_address_updates(self, limit: int = MAU_CHUNK) -> bool:
+        """Bring up to ``limit`` more addresses of large absolute MAUs (and of forgotten nodes) into
+        ``known_addresses``; True if some are still pending. ``tick`` does one such step; an adapter runs
+        more, one per loop turn, so that no turn applies thousands of addresses."""
+        return self._remote.step(limit)
 
 
 

@@ -70,6 +70,17 @@ class EngineViews:
         that a route table follows in O(changed addresses)."""
         return self._remote.take_changed()
 
+    @property
+    def address_updates_pending(self) -> int:
+        """Addresses of other nodes whose entry in ``known_addresses`` still lags behind the node's last
+        MAU (a large absolute one is indexed in steps: `apply_address_updates`); 0 once all are in."""
+        return self._remote.pending()
+
+    @property
+    def address_steps(self) -> int:
+        """Steps taken so far to index large absolute MAUs and forgotten nodes' sets (management)."""
+        return self._remote.steps
+
     def address_hint(self, address: str) -> int | None:
         """The MAU hint (treatment) other nodes gave ``address``."""
         return self._remote.hint(address)

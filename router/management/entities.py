@@ -27,7 +27,7 @@ ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "deliveriesDelayed1Sec", "deliveriesDelayed10Sec", "deliveriesStuck", "streamsInProgress",
         "reloads", "lastReload", "handshakeTimeouts", "connectionsRefusedNoFd", "readsDeferred",
         "controlQueued", "memoryLimit", "bufferedBytes", "bufferedPeak", "slowConnections", "heldProducers",
-        "creditHolds"),
+        "creditHolds", "addressSteps"),
     "connection": (
         "identity", "host", "container", "role", "dir", "security", "authenticated", "user",
         "saslMechanism", "uptimeSeconds", "linkCount", "peerNode", "listener"),
@@ -154,6 +154,7 @@ class NodeEntities:
             "connectionsRefusedNoFd": server.fd_refused,
             "readsDeferred": server.reads_deferred,
             "controlQueued": server.mesh.queued,
+            "addressSteps": server.mesh.ls.address_steps,
             **_budget(engine.budget),
         }
 

@@ -129,6 +129,8 @@ def _families(r: dict[str, Any]) -> Iterator[Metric]:
              "Reads of busy client connections put off so that other connections were served first"),
             ("meshrouter_control_queued", "controlQueued",
              "Large control messages (address floods) queued and applied in paced turns"),
+            ("meshrouter_address_steps", "addressSteps",
+             "Steps of at most 500 addresses indexing large absolute address updates (resyncs)"),
             ("meshrouter_credit_holds", "creditHolds",
              "Credit top-ups the memory budget refused (producers of slow consumers slowed)")):
         m = counter(name, doc)

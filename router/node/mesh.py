@@ -13,11 +13,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from router.amqp.codec import MalformedError, Symbol
-from router.amqp.message import SectionTypeError, decode_message, encode_message
+from router.amqp.message import (
+    AmqpMessage,
+    SectionTypeError,
+    decode_message,
+    decode_message_steps,
+    encode_message,
+)
 from router.linkstate import ControlMessageError, LinkStateConfig, LinkStateEngine, Outgoing
 from router.linkstate.messages import MAU, RA
 from router.logs import LogOnce, cut
@@ -38,6 +44,11 @@ CONTROL_BUDGET = 0.002
 # at once, in order, before a new one is queued)
 INBOX_LIMIT = 1000
 INBOX_BYTES = 64 * 1024 * 1024
+# A queued message this large (an absolute MAU of thousands of addresses: 20,000 are ~930 KB, ~10 ms to decode
+# at once) is decoded in steps of STEP_VALUES values, within the turns' CONTROL_BUDGET, so that no turn
+# decodes it whole; it stays at the head of the inbox (the messages behind it wait) until it is decoded.
+STEP_BYTES = 64 * 1024
+STEP_VALUES = 500
 _IN_ORDER = (RA, MAU)
 
 
@@ -52,18 +63,55 @@ def decode_control(data: bytes) -> dict[str, Any]:
     """AMQP message bytes as an engine message map (ControlMessageError if unreadable)."""
     try:
         m = decode_message(data)
-    except SectionTypeError as exc:
-        if exc.section in _MAP_SECTIONS:
-            raise ControlMessageError("application properties and message annotations must be maps") from None
-        raise ControlMessageError(f"undecodable control message: {exc}") from None
     except MalformedError as exc:
-        raise ControlMessageError(f"undecodable control message: {exc}") from None
+        raise _unreadable(exc) from None
+    return _control_map(m)
+
+
+def decode_control_steps(data: bytes, chunk: int = STEP_VALUES) -> Generator[None, None, dict[str, Any]]:
+    """`decode_control` in steps of `chunk` values of the body (router.amqp.message.decode_message_steps):
+    a generator that returns the engine message map."""
+    try:
+        m = yield from decode_message_steps(data, chunk)
+    except MalformedError as exc:
+        raise _unreadable(exc) from None
+    return _control_map(m)
+
+
+def _unreadable(exc: MalformedError) -> ControlMessageError:
+    if isinstance(exc, SectionTypeError) and exc.section in _MAP_SECTIONS:
+        return ControlMessageError("application properties and message annotations must be maps")
+    return ControlMessageError(f"undecodable control message: {exc}")
+
+
+def _control_map(m: AmqpMessage) -> dict[str, Any]:
     props = m.application_properties or {}
     trace = (m.message_annotations or {}).get(TRACE) or []
     if not isinstance(trace, list):
         raise ControlMessageError("x-opt-qd.trace must be a list")
     return {"to": m.to, "opcode": props.get("opcode"), "body": m.body,
             "trace": [t[2:] if isinstance(t, str) and t.startswith("0/") else t for t in trace]}
+
+
+_DROPPED = object()         # what _decode_step returns for a message not to handle
+
+
+class _Decoding:
+    """A queued control message over STEP_BYTES being decoded in steps (`decode_control_steps`)."""
+
+    __slots__ = ("data", "steps")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.steps = decode_control_steps(data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def _size(item: object) -> int:
+    """Bytes an inbox entry holds (a decoded message map: counted as none)."""
+    return len(item) if isinstance(item, bytes | _Decoding) else 0
 
 
 class MeshControl:
@@ -87,6 +135,7 @@ class MeshControl:
         self._inbox_bytes = 0       # of the undecoded messages in the inbox
         self.queued = 0             # control messages that waited in the inbox (management: controlQueued)
         self.early_duplicates = 0   # copies of large flooded messages dropped before they were decoded
+        self.stepped = 0            # messages over STEP_BYTES decoded in steps
 
     # ---- events from the node ---------------------------------------------------------------------------
     def link_up(self, conn: object, peer: object) -> None:
@@ -98,7 +147,7 @@ class MeshControl:
         self.pending = True
         if self._waiting.pop(conn, 0):      # what it sent and we did not handle yet goes with it
             self._inbox = deque(item for item in self._inbox if item[0] is not conn)
-            self._inbox_bytes = sum(len(data) for _, data in self._inbox if isinstance(data, bytes))
+            self._inbox_bytes = sum(_size(data) for _, data in self._inbox)
         self._send(self.ls.link_down(conn, self._clock()))
 
     def on_control(self, conn: object, data: bytes) -> None:
@@ -121,10 +170,9 @@ class MeshControl:
 
     def _queue(self, conn: object, data: bytes | dict[str, Any]) -> None:
         while self._inbox and (len(self._inbox) >= INBOX_LIMIT or self._inbox_bytes >= INBOX_BYTES):
-            self.handle_backlog(budget=0)   # one, in order: the memory it takes stays bounded
+            self.handle_backlog(budget=0, whole=True)   # one, in order: the memory it takes stays bounded
         self._inbox.append((conn, data))
-        if isinstance(data, bytes):
-            self._inbox_bytes += len(data)
+        self._inbox_bytes += _size(data)
         self._waiting[conn] += 1
         self.queued += 1
 
@@ -133,20 +181,50 @@ class MeshControl:
         """Queued control messages wait for the next pump."""
         return bool(self._inbox)
 
-    def handle_backlog(self, budget: float = CONTROL_BUDGET) -> None:
-        """Handle queued control messages in order until `budget` seconds went by (at least one)."""
+    def handle_backlog(self, budget: float = CONTROL_BUDGET, whole: bool = False) -> None:
+        """Handle queued control messages in order until `budget` seconds went by: at least one, or at least
+        a step of decoding one over STEP_BYTES (`whole`: at least one, decoded to its end)."""
         inbox, waiting = self._inbox, self._waiting
         deadline = time.perf_counter() + budget
         while inbox:
-            conn, data = inbox.popleft()
-            if isinstance(data, bytes):
-                self._inbox_bytes -= len(data)
+            conn, item = inbox[0]
+            size = _size(item)
+            message = item if size <= STEP_BYTES else self._decode_step(conn, item, deadline, whole)
+            if message is None:
+                break                       # decoded in part: it stays first, the next turn goes on
+            inbox.popleft()
+            self._inbox_bytes -= size
             waiting[conn] -= 1
             if not waiting[conn]:
                 del waiting[conn]
-            self._handle(conn, data)
+            if message is not _DROPPED:
+                self._handle(conn, message)
             if time.perf_counter() >= deadline:
                 break
+
+    def _decode_step(self, conn: object, item: bytes | _Decoding, deadline: float,
+                     whole: bool) -> dict[str, Any] | object | None:
+        """Decode more of the large message first in the inbox, until `deadline` (at least one step): its
+        message map once decoded, _DROPPED if it is a copy already handled or unreadable, else None."""
+        if isinstance(item, bytes):
+            peek = peek_flood_key(item)     # a copy of a flooded message already handled: not decoded
+            if peek is not None and self.ls.flood_duplicate(*peek, self._clock()):
+                self.early_duplicates += 1
+                return _DROPPED
+            item = _Decoding(item)
+            self._inbox[0] = (conn, item)
+        steps = item.steps
+        try:
+            while True:
+                next(steps)
+                if not whole and time.perf_counter() >= deadline:
+                    return None
+        except StopIteration as done:
+            self.stepped += 1
+            return done.value
+        except ControlMessageError as exc:
+            self._dropped(conn, exc)
+            return _DROPPED
 
     def _handle(self, conn: object, data: bytes | dict[str, Any]) -> None:
         if isinstance(data, bytes) and len(data) > BULK_BYTES:

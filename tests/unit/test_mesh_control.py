@@ -211,3 +211,67 @@ def test_the_peek_gives_up_on_anything_unexpected():
     absolute = encode_control({"to": "_topo/0/all/$qd.router", "opcode": "MAU",
                                "body": {"id": "A", "instance": 1, "mobile_seq": 3, "exist": ["x"] * 300}})
     assert peek_flood_key(absolute) is None                               # absolute MAUs are not flooded
+
+
+# ---- a large message is decoded in steps (issue 33, point 5) ---------------------------------------------
+
+def _absolute(node: str, seq: int, n: int, to: str = "B") -> bytes:
+    from router.linkstate.messages import MobileAddressUpdate
+    body = MobileAddressUpdate(node, 1, seq, exist=tuple(f"resync/{i}" for i in range(n)),
+                               hints=(3,) * n).to_map()
+    return encode_control({"to": f"_topo/0/{to}/qdrouter.ma", "opcode": "MAU", "body": body, "trace": [node]})
+
+
+def test_a_large_absolute_mau_is_decoded_in_steps_and_what_follows_it_waits():
+    from router.node.mesh import STEP_BYTES, STEP_VALUES
+    b, a, conn, _, _ = _pair()
+    data = _absolute("A", 3, 20_000)
+    assert len(data) > STEP_BYTES
+    b.on_control(conn, data)
+    ra = [encode_control(o.message) for o in a.tick(5.0) if o.opcode == "RA"]
+    for message in ra:                                  # behind it on the same link: waits for it
+        b.on_control(conn, message)
+    turns = 0
+    while b.ls.counters["mau_applied"] == 0:
+        b.handle_backlog(budget=0)                      # a turn with no time left: one step each
+        turns += 1
+        assert turns < 1000
+    assert turns >= 2 * 20_000 // STEP_VALUES           # 40,000 values (addresses, hints): one step per 500
+    assert b.stepped == 1 and b.backlog == bool(ra)     # the RA is still behind it, until the next turn
+    assert b.ls.remote_nodes()[0]["mobile_seq"] == 3 and b.ls.address_updates_pending == 20_000
+    while b.backlog:
+        b.handle_backlog()
+    while b.ls.apply_address_updates():
+        pass
+    assert len(b.ls.known_addresses) == 20_000 and b._inbox_bytes == 0
+    assert b.ls.counters["mau_gap"] == 0
+
+
+def test_a_message_decoded_in_steps_is_dropped_if_unreadable_or_if_its_link_goes():
+    b, a, conn, peer, _ = _pair()
+    data = _absolute("A", 3, 5_000)
+    broken = data[:-100] + b"\xff" * 100                # its last values are not AMQP
+    b.on_control(conn, broken)
+    b.on_control(conn, _absolute("A", 4, 6_000))        # the next one is handled after it
+    while b.backlog:
+        b.handle_backlog(budget=0)
+    assert b.stepped == 1 and b.ls.counters["mau_applied"] == 1 and b.ls.address_updates_pending == 6_000
+    b.on_control(conn, _absolute("A", 9, 5_000))
+    b.handle_backlog(budget=0)                          # one step into it
+    assert b.backlog and b._inbox_bytes > 0
+    b.link_down(conn, peer)                             # what it was decoding goes with it
+    assert not b.backlog and b._inbox_bytes == 0 and b.ls.counters["mau_applied"] == 1
+
+
+def test_an_overflowing_inbox_finishes_the_message_being_decoded(monkeypatch):
+    import router.node.mesh as mesh
+    monkeypatch.setattr(mesh, "INBOX_LIMIT", 1)
+    b, a, conn, _, _ = _pair()
+    b.on_control(conn, _absolute("A", 3, 5_000))
+    b.handle_backlog(budget=0)                          # decoding has begun
+    b.on_control(conn, _absolute("A", 4, 3_000))        # over the limit: the first is handled whole now
+    assert b.ls.counters["mau_applied"] == 1 and len(b._inbox) == 1
+    while b.backlog:
+        b.handle_backlog()
+    assert b.ls.counters["mau_applied"] == 2 and b.ls.addresses_of("A").keys() == {f"resync/{i}"
+                                                                                   for i in range(3_000)}
