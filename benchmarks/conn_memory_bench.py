@@ -35,9 +35,10 @@ for _path in (REPO / "benchmarks", REPO):
 import yaml  # noqa: E402
 from harness.paths import HOST, python_exe  # noqa: E402
 from harness.procs import free_ports, spawn, stop_process, wait_for_lines  # noqa: E402
+from harness.rawamqp import open_frames  # noqa: E402
 from harness.report import machine, markdown_table  # noqa: E402
 from harness.sample import rss_bytes  # noqa: E402
-from scale_bench import open_frames, open_idle  # noqa: E402
+from scale_bench import open_idle  # noqa: E402
 
 KIB = 1024
 

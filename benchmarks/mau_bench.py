@@ -40,11 +40,11 @@ for _path in (REPO / "benchmarks", REPO):
         sys.path.insert(0, str(_path))
 
 import yaml  # noqa: E402
+from harness.canary import CanaryProcess  # noqa: E402
 from harness.paths import HOST, BenchError, python_exe  # noqa: E402
 from harness.procs import free_ports, spawn, stop_process, wait_for_lines  # noqa: E402
 from harness.report import machine, markdown_table, save_result  # noqa: E402
 from harness.trees import extract  # noqa: E402
-from scale_bench import CanaryProcess  # noqa: E402
 
 from tests.support.bulk import attach_receivers  # noqa: E402
 from tests.support.state import StateUnavailable, reading  # noqa: E402

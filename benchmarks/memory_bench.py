@@ -40,9 +40,9 @@ for p in (str(REPO), str(REPO / "benchmarks")):
         sys.path.insert(0, p)
 
 import yaml  # noqa: E402
+from harness.canary import CanaryProcess  # noqa: E402
 from harness.procs import free_ports  # noqa: E402
 from harness.sample import rss_bytes as rss  # noqa: E402
-from scale_bench import CanaryProcess  # noqa: E402
 
 from router.management.client import ManagementClient  # noqa: E402
 
