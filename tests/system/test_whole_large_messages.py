@@ -6,10 +6,11 @@ piece, and every write of a few frames of it to a reader with a small window the
 buffer in Proton-C (4 MB messages: single turns of the node took 12 ms). Above `WHOLE_LIMIT` it is now
 streamed like any other: the node keeps at most 64 KiB of it in the consumer's delivery.
 
-The receiver has a 64 KiB session window. Three messages of 2-3 MB are sent while it reads nothing, so that the
-second and third are in the node whole behind the first. It reads the first and stops again: the second
-must then be a stream in progress (before the change none was), small messages on another address keep
-flowing beside it, and once the receiver reads again all three arrive byte for byte and in order.
+The receiver has a 64 KiB session window. Three messages of 2-3 MB are sent while it reads nothing, so
+that the second and third are in the node whole behind the first. It reads the first and stops again:
+the second must then be a stream in progress (before the change none was), small messages on another
+address keep flowing beside it, and once the receiver reads again all three arrive byte for byte and in
+order.
 """
 
 from __future__ import annotations
