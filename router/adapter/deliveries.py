@@ -1,7 +1,9 @@
 """Complete transfers and their outcomes: read a delivery, ask the core where it goes, send it, settle it.
 
 Hot path (a complete single-frame transfer between two clients of this node): read it into one reusable
-buffer, ask the core (`route` -> TO_ONE and a consumer), send the same bytes on a new outbound delivery,
+buffer (a complete transfer of at most WHOLE_LIMIT, 64 KiB; a larger one from a client or on a peer's
+streaming link is streamed, router.adapter.streams, so that Proton never holds more than that of it),
+ask the core (`route` -> TO_ONE and a consumer), send the same bytes on a new outbound delivery,
 and tell the core (`sent`, which answers with the send mode). When the consumer settles, `settle` pops the
 in-flight entry and its outcome (with details) is copied back to the producer's delivery. Bodies are never
 decoded; only anonymous-relay transfers are scanned for `to`, and transfers from peers for their router
@@ -51,6 +53,7 @@ from router.adapter.outcomes import ACCEPT, BAD_SECTIONS, Rejection, oversize
 from router.adapter.routerlinks import RouterLink
 from router.adapter.settlement import Settlement
 from router.adapter.streamlinks import WHOLE_ON_DATA_LINK
+from router.adapter.streams import WHOLE_LIMIT
 from router.amqp.annotations import RouterAnnotations, strip
 from router.amqp.codec import MalformedError
 from router.amqp.peersections import IngressSections, PeerSections
@@ -81,7 +84,8 @@ class Deliveries(AnonymousRelay, MeshDeliveries, Settlement):
         self._bufsize = 64 * 1024
         self.buf = ffi.new("char[]", self._bufsize)
         self.view = memoryview(ffi.buffer(self.buf))    # the same bytes, indexed as ints
-        self.reader = hotpath.reader(self.buf, self._bufsize)     # reads into it, follows a peer stream
+        self.reader = hotpath.reader(self.buf, min(self._bufsize, WHOLE_LIMIT))   # reads into it, follows
+        # a peer stream; it takes a transfer of at most WHOLE_LIMIT bytes (a larger one: `_not_taken`)
         self.stream: tuple | None = None     # that stream: its section and growth (`_follow`)
         self.in_flight = self.core.in_flight     # the core's table (see RouterCore.forward_from_peer)
         self._tagnum = hotpath.TAG_COUNTER    # delivery tags: hotpath.send draws from the same counter
@@ -93,7 +97,7 @@ class Deliveries(AnonymousRelay, MeshDeliveries, Settlement):
             self._bufsize = max(n, self._bufsize * 2)
             self.buf = ffi.new("char[]", self._bufsize)
             self.view = memoryview(ffi.buffer(self.buf))
-            set_buffer(self.reader, self.buf, self._bufsize)
+            set_buffer(self.reader, self.buf, min(self._bufsize, WHOLE_LIMIT))   # `take` stops there
         return self.buf
 
     def new_delivery(self, link: object) -> object:
@@ -193,14 +197,21 @@ class Deliveries(AnonymousRelay, MeshDeliveries, Settlement):
             self.core.unroutable(p, True)
         elif why == EMPTY:                      # an empty transfer (PN_EOS): no message to pass on
             self._reject(d, p, pn_delivery_settled(d), Rejection(b"amqp:decode-error", b"empty message"))
-        else:                                   # TOO_LARGE for the read buffer
+        else:                                   # TOO_LARGE: over WHOLE_LIMIT (or the read buffer)
             n = pn_delivery_pending(d)
             if n > p.conn.max_message_size:
                 pn_link_advance(link)
                 self._reject(d, p, pn_delivery_settled(d), oversize(p.conn.max_message_size))
                 return
-            self.buffer(n)                      # grown to fit: `take` reads it now
-            self.on_delivery(d, link)
+            if not p.router or p.streaming:     # streamed, as if it had come in pieces (module doc)
+                self.streams.start(d, link, p)
+                return
+            self.buffer(n)                      # a peer's data link: read whole, the reader let take it
+            set_buffer(self.reader, self.buf, self._bufsize)
+            try:
+                self.on_delivery(d, link)
+            finally:
+                set_buffer(self.reader, self.buf, min(self._bufsize, WHOLE_LIMIT))
 
     def _checked(self, d: object, p: Producer, buf: object, n: int, presettled: bool
                  ) -> tuple[object, int] | None:

@@ -14,10 +14,11 @@ peers get streams on the data link, as before). The far end sees an ordinary dat
 producer routed per message). At most `MAX_STREAM_LINKS` per direction and peer: with all of them busy,
 that peer takes no further stream for now (as a consumer busy with a stream takes no other one).
 
-The data link then carries only messages its sender had whole. One that crosses in several frames is read
-whole once its last frame is in (below `WHOLE_ON_DATA_LINK` bytes; a stream otherwise, as from an older
-peer): were it streamed, it could meet a stream from a streaming link at the same consumer, which can
-take one stream at a time.
+The data link then carries only messages its sender had whole (from a node of this version, at most
+router.adapter.streams.WHOLE_LIMIT: a larger one is streamed even when it arrived complete). One that
+crosses in several frames is read whole once its last frame is in (below `WHOLE_ON_DATA_LINK` bytes; a
+stream otherwise, as from an older peer): were it streamed, it could meet a stream from a streaming link
+at the same consumer, which can take one stream at a time.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Multi-frame transfers, passed on chunk by chunk with bounded memory.
 
-A message that arrives in several frames is routed once every section before the body is in: they are
+A message that arrives in several frames, or complete but larger than WHOLE_LIMIT (it waited behind
+another on its link, or came in one read; a peer's data link excepted: router.adapter.streamlinks), is
+routed once every section before the body is in: they are
 checked to be in AMQP order, and they hold an anonymous message's `to`, the router annotations of a
 message from a peer (a client's are stripped), and the prefix each consumer gets rewritten when the
 message crosses the mesh. Each chunk then goes on to every consumer as it arrives, pausing while a
@@ -61,6 +63,11 @@ from router.forwarding.records import (
 # was as fast (benchmarks/large_bench.py hol).
 STREAM_HIGH_WATER = 64 * 1024
 STREAM_CHUNK = 64 * 1024             # bytes moved per step of a streamed message
+# A transfer larger than this is streamed even when it arrived complete (from a client, or on a peer's
+# streaming link): one that waited behind a stream on its link, or came in one read, was read whole and
+# given to Proton in one pn_link_send, and to a slow consumer every write of its frames rotated the whole
+# buffer (4 MB messages: turns of 12 ms, 0.8 MB/s; issue 29). Below it, the hot path is unchanged.
+WHOLE_LIMIT = 64 * 1024
 ANON_SCAN_LIMIT = 64 * 1024          # sections before the body must fit in this to be routed
 
 
