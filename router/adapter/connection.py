@@ -174,7 +174,7 @@ class Connection:
         pn_data_put_array(caps, False, PN_SYMBOL)
         pn_data_enter(caps)
         _put_symbol(caps, "ANONYMOUS-RELAY")
-        if role == "inter-router":
+        if role in ("inter-router", "edge"):
             _put_symbol(caps, STREAMING_LINKS)     # it takes a streaming link per streamed message
         pn_data_exit(caps)
         pn_connection_collect(c, collector)
