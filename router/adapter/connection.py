@@ -108,8 +108,8 @@ class Connection:
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
-                 "refused_links", "bind_edge_id", "framed", "heavy", "out_pending", "stream_held",
-                 "read_size", "last_read", "bytes_in")
+                 "refused_links", "bind_edge_id", "framed", "heavy", "out_pending", "read_size", "last_read",
+                 "bytes_in")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -144,11 +144,6 @@ class Connection:
         # bytes Proton's transport held for the socket after the last flush (its output buffer, which the
         # session's outgoing bytes do not count): a streamed message pauses on both (streams.py)
         self.out_pending = 0
-        # bytes of streamed messages given to Proton for this connection and not yet written to the socket
-        # (an upper bound, streams.py): Proton frames whatever the peer's window admits into a buffer that
-        # neither out_pending nor the session's outgoing bytes count, so with a peer whose window is
-        # unbounded (python-qpid-proton's) only this bounds what a stream leaves in the node
-        self.stream_held = 0
         self.bytes_in = 0              # bytes read from the socket (the memory budget's size estimate)
         self.input_closed = False      # no more input will be read (peer closed, or decode error)
         self.links: set = set()         # our pn_link_t pointers on this connection
@@ -237,15 +232,11 @@ class Connection:
                 return DONE
             if s > 0:
                 pn_transport_pop(t, s)
-                if self.stream_held:
-                    self.stream_held = max(0, self.stream_held - s)
             if s < k:
                 self.out_pending = p - s
                 return BLOCKED
             p = pn_transport_pending(t)
         self.out_pending = 0
-        if p == 0:
-            self.stream_held = 0            # Proton holds nothing for the socket, framed or not
         if p < 0:
             if self.input_closed:           # all said (our Close) and nothing more to read: tear it down
                 pn_transport_close_tail(t)

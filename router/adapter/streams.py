@@ -4,13 +4,10 @@ A message that arrives in several frames is routed once every section before the
 checked to be in AMQP order, and they hold an anonymous message's `to`, the router annotations of a
 message from a peer (a client's are stripped), and the prefix each consumer gets rewritten when the
 message crosses the mesh. Each chunk then goes on to every consumer as it arrives, pausing while a
-consumer's session and its connection's transport hold more than STREAM_HIGH_WATER bytes for it, or while
-more than that of the streamed bytes given to Proton for that connection are not on the socket yet
-(`Connection.stream_held`) (less while the node is over its memory budget: router.forwarding.budget).
-The transport frames whatever the receiver's session window admits, into a buffer of Proton's (0.40)
-that neither the transport's pending output nor the session's outgoing bytes count: with a client whose
-window is unbounded (python-qpid-proton's) the node's memory grew by about the whole message (64 MiB:
-+58-65 MiB on the node delivering it) before `stream_held`. A consumer busy with a stream takes no
+consumer's session and its connection's transport hold more than STREAM_HIGH_WATER bytes for it (less
+while the node is over its memory budget: router.forwarding.budget; the
+transport encodes whatever the receiver's session window admits: a client with an unbounded window would
+otherwise let the node's output buffer grow by the whole message). A consumer busy with a stream takes no
 other delivery meanwhile: those wait in the core (`RouterCore.hold`) and go out when the stream ends.
 
 The outcome of a streamed delivery can be decided before its last frame (the consumer settled early or
@@ -65,16 +62,6 @@ from router.forwarding.records import (
 STREAM_HIGH_WATER = 64 * 1024
 STREAM_CHUNK = 64 * 1024             # bytes moved per step of a streamed message
 ANON_SCAN_LIMIT = 64 * 1024          # sections before the body must fit in this to be routed
-
-
-def _framed_unwritten(conn: object) -> int:
-    """Streamed bytes Proton framed for `conn` and did not write yet (an upper bound): those given to it
-    and not written, less those its sessions still hold unframed (a stream paused at the far end keeps
-    its own bytes there, and must not hold up the connection's other streams)."""
-    held = conn.stream_held
-    for ssn in conn.sessions:
-        held -= pn_session_outgoing_bytes(ssn)
-    return held
 
 
 class _PeerProbe:
@@ -260,8 +247,8 @@ class Streams:
         high = STREAM_HIGH_WATER if budget is None else budget.stream_high_water(STREAM_HIGH_WATER)
         while True:
             if s.outs and not self.draining and any(
-                    pn_session_outgoing_bytes(pn_link_session(c.handle)) + c.conn.out_pending > high
-                    or (c.conn.stream_held > high and _framed_unwritten(c.conn) > high) for c, _ in s.outs):
+                    pn_session_outgoing_bytes(pn_link_session(c.handle)) + c.conn.out_pending
+                    > high for c, _ in s.outs):
                 self.paused.add(s)
                 return
             n = pn_delivery_pending(d)
@@ -287,13 +274,11 @@ class Streams:
                 for c, _od in s.outs:
                     out = s.payload(c) if s.payload is not None else data
                     pn_link_send(c.handle, out, len(out))
-                    c.conn.stream_held += len(out)
                     self.dirty.add(c.conn)
                 s.payload = None
                 continue
             for c, _od in s.outs:
                 pn_link_send(c.handle, buf, got)
-                c.conn.stream_held += got
                 self.dirty.add(c.conn)
             self.dirty.add(s.producer.conn)     # reading reopens its session window
         self.paused.discard(s)
