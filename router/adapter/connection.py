@@ -13,6 +13,7 @@ from cproton_ffi import ffi
 from cproton_ffi.lib import (
     PN_LOCAL_CLOSED,
     PN_REMOTE_UNINIT,
+    PN_SSL_CERT_SUBJECT_COMMON_NAME,
     PN_SYMBOL,
     pn_condition_set_description,
     pn_condition_set_name,
@@ -43,6 +44,7 @@ from cproton_ffi.lib import (
     pn_sasl_get_mech,
     pn_ssl_get_cipher_name,
     pn_ssl_get_protocol_name,
+    pn_ssl_get_remote_subject_subfield,
     pn_transport,
     pn_transport_bind,
     pn_transport_capacity,
@@ -106,7 +108,8 @@ class Connection:
                  "want_write", "echo", "input_closed", "cost", "client", "router", "connector",
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
-                 "refused_links", "framed", "heavy", "out_pending", "read_size", "last_read", "bytes_in")
+                 "refused_links", "bind_edge_id", "framed", "heavy", "out_pending", "read_size", "last_read",
+                 "bytes_in")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -132,6 +135,7 @@ class Connection:
         self.max_message_size = UNLIMITED          # bigger transfers are rejected (engine)
         self.max_links = UNLIMITED                 # client links beyond this are refused (admit_link)
         self.refused_links = 0                     # attaches refused for max_links (closed past a few)
+        self.bind_edge_id = False                  # an edge here must be named by its certificate's CN
         # authorization (router.policy): the listener's forced vhost; the grant resolved at the Open
         self.policy_vhost: str | None = None
         self.access: object = None                 # router.policy.access.Access once the Open arrived
@@ -174,7 +178,7 @@ class Connection:
         pn_data_put_array(caps, False, PN_SYMBOL)
         pn_data_enter(caps)
         _put_symbol(caps, "ANONYMOUS-RELAY")
-        if role == "inter-router":
+        if role in ("inter-router", "edge"):
             _put_symbol(caps, STREAMING_LINKS)     # it takes a streaming link per streamed message
         pn_data_exit(caps)
         pn_connection_collect(c, collector)
@@ -327,6 +331,14 @@ class Connection:
     def authenticated(self) -> bool:
         """SASL succeeded with a mechanism other than none (ANONYMOUS counts, as in Proton)."""
         return self.pn_transport is not None and bool(pn_transport_is_authenticated(self.pn_transport))
+
+    @property
+    def certificate_cn(self) -> str | None:
+        """The subject CN of the peer's certificate (TLS with a client certificate), else None."""
+        if self.ssl is None or self.pn_transport is None:
+            return None
+        p = pn_ssl_get_remote_subject_subfield(self.ssl, PN_SSL_CERT_SUBJECT_COMMON_NAME)
+        return ffi.string(p).decode("utf-8", "replace") if p != ffi.NULL else None
 
     @property
     def user(self) -> str | None:

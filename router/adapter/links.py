@@ -158,8 +158,9 @@ class LinkEvents:
                     pn_session_close(ssn)
                     self.dirty.add(conn)
                     return
-            # a peer node's sessions after its first carry one streaming link each (streamlinks.py)
-            stream = conn is not None and conn.role == "inter-router" and bool(conn.sessions)
+            # a peer node's (or an edge's, or an edge's interior's) sessions after its first carry one
+            # streaming link each (streamlinks.py)
+            stream = conn is not None and conn.role in ROUTER_ROLES and bool(conn.sessions)
             pn_session_set_incoming_capacity(ssn, STREAM_SESSION_CAPACITY if stream else SESSION_CAPACITY)
             pn_session_open(ssn)
         if conn is not None:

@@ -59,6 +59,7 @@ class ConnectionPolicy:
     vhost: str | None = None               # the listener's policy_vhost (router.policy)
     websocket_path: str | None = None      # AMQP over WebSocket on this path (router.adapter.websocket)
     websocket_tls: object = None           # its ssl.SSLContext (wss://): Python's TLS, not Proton's
+    bind_edge_id: bool = False             # an edge's id must be its client certificate's CN (edges.py)
 
     def wrap(self, sock: object) -> object:
         """The stream a new accepted socket is read and written through (a WebSocket, or the socket)."""
@@ -95,6 +96,7 @@ class ConnectionPolicy:
         conn.max_message_size = self.max_message_size
         conn.max_links = self.max_links
         conn.policy_vhost = self.vhost
+        conn.bind_edge_id = self.bind_edge_id
 
 
 def _password(path: str | None) -> str | None:
@@ -127,6 +129,8 @@ def listener_policy(lc: ListenerConfig, name: str, node_idle_timeout: float, loo
                                      tls.require_client_cert, tls.protocols)
         except TlsSetupError as exc:
             raise _tls_error(exc) from None
+        # only a certificate verified against `ca` names the edge (docs/EDGE.md, "Security")
+        p.bind_edge_id = lc.role == "edge" and tls.require_client_cert and tls.bind_edge_id
     mechs = sasl.mechanisms
     p.mechanisms = " ".join(mechs).encode()
     p.allow_insecure = sasl.allow_plain_without_tls

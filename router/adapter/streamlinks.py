@@ -9,6 +9,7 @@ alone on its session (its own incoming window at the far end), opened on demand 
 streamed message once this one ends. Small messages keep the data link, so a 100 MB message and RPC
 calls between the same two nodes do not wait for each other.
 
+Edge connections (an edge's uplink, an interior's `role: edge` listener) have them too, both ways.
 Either side opens its own streaming links, when the peer offered `qd.streaming-links` in its Open (older
 peers get streams on the data link, as before). The far end sees an ordinary data-in link (a core
 producer routed per message). At most `MAX_STREAM_LINKS` per direction and peer: with all of them busy,

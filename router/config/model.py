@@ -72,6 +72,11 @@ class ListenerTls:
         c.boolean, "mutual TLS: a client without a certificate signed by `ca` is refused (needs `ca`)", False)
     protocols: tuple[str, ...] = declare(
         c.protocols(TLS_PROTOCOLS), "allowed TLS versions", (), show="OpenSSL's defaults")
+    bind_edge_id: bool = declare(
+        c.boolean, "on a `role: edge` listener with `require_client_cert`: an edge's id (its container "
+                   "id) must be its certificate's subject CN, else it is refused; false: any free id "
+                   "(docs/EDGE.md)",
+        True)
 
 
 @dataclass(frozen=True)

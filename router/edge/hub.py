@@ -60,12 +60,17 @@ class EdgeHub:
         self.refused = 0                                # edges refused by `admit`
 
     # ---- edges come and go --------------------------------------------------------------------------
-    def admit(self, edge_id: str, link: object, interiors: Collection[str]) -> str | None:
+    def admit(self, edge_id: str, link: object, interiors: Collection[str], bound: bool = False,
+              certificate_cn: str | None = None) -> str | None:
         """Why an edge claiming `edge_id` on `link` must be refused (None: admitted). `interiors`: the
-        interior nodes this node knows of."""
+        interior nodes this node knows of; `bound`: the edge's id must be `certificate_cn`, the subject CN
+        of its (verified) client certificate."""
         problem = None
         if not edge_id:
             problem = "an edge needs a container id"
+        elif bound and certificate_cn != edge_id:
+            problem = (f"edge id {edge_id!r} is not its certificate's common name {certificate_cn!r}"
+                       if certificate_cn else f"edge id {edge_id!r}: its certificate has no common name")
         elif edge_id == self.node_id:
             problem = f"edge id {edge_id!r} is this interior's own id"
         elif edge_id in interiors:

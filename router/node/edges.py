@@ -206,9 +206,12 @@ class InteriorEdges:
 
     # ---- router links' events ------------------------------------------------------------------------
     def opened(self, conn: object, peer: object) -> str | None:
+        """Why the edge at the end of `conn` is refused, or None (router.edge.hub `admit`); on a listener
+        with `tls.bind_edge_id` the edge's id must be its certificate's CN."""
         ls = self.mesh.ls
         interiors = set(ls.costs) | set(ls.neighbors)
-        return self.hub.admit(peer.node_id, conn, interiors)
+        bound = getattr(conn, "bind_edge_id", False)
+        return self.hub.admit(peer.node_id, conn, interiors, bound, conn.certificate_cn if bound else None)
 
     def link_up(self, conn: object, peer: object) -> None:
         log.info("edge %s attached (connection %s)", peer.node_id, conn.peer)

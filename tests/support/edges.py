@@ -119,8 +119,8 @@ def router_test_mesh(tmp_path_factory: pytest.TempPathFactory, label: str) -> It
         pytest.fail(failure, pytrace=False)
 
 
-__all__ = ["EDGES", "HELLO", "edge", "edge_port", "interior", "router_test", "router_test_mesh", "state_line",
-           "uplink_of"]
+__all__ = ["EDGES", "HELLO", "edge", "edge_port", "interior", "router_test", "router_test_mesh", "star",
+           "state_line", "uplink_of"]
 
 
 def _capability(terminus: Any, capability: str) -> None:
@@ -159,3 +159,17 @@ class FakeEdge:
         self.out.advance()
         d.settle()
         self.client._write()
+
+
+def star(node_factory: Callable[..., Any], edges: Sequence[str] = ("EA1", "EA2"), *,
+         uplink_idle_timeout: float | None = None) -> dict[str, Any]:
+    """One interior INT.A and `edges` with INT.A as their only uplink; returns {name: node} once every
+    edge routes through INT.A."""
+    a = interior(_with_edge_listener(node_factory, uplink_idle_timeout), "INT.A", listen=False)
+    pa = edge_port(a)
+    nodes = {"INT.A": a}
+    for name in edges:
+        nodes[name] = edge(node_factory, name, [(pa, 1)], uplink_idle_timeout=uplink_idle_timeout)
+    for name in edges:
+        wait_until(lambda n=nodes[name]: uplink_of(n) == "INT.A", 10.0, f"{name} routes through INT.A")
+    return nodes

@@ -19,6 +19,7 @@ import pytest
 from tests.support.clients import ACCEPTED, MODIFIED, RELEASED, Client, make_message
 from tests.support.edges import router_test, uplink_of
 from tests.support.nodes import kill9
+from tests.support.state import node_state
 from tests.support.traffic import stream_across_a_kill
 from tests.support.waiting import WaitTimeout, wait_until
 
@@ -107,3 +108,36 @@ def test_silent_interior_is_noticed_by_heartbeats(node_factory, idle):
         assert took < 4 * idle + 1
     finally:
         os.kill(n["INT.A"].pid, signal.SIGCONT)
+
+
+def test_deliveries_in_flight_through_a_killed_interior_come_back_to_their_senders(node_factory):
+    """Issue 31 point 3 with deliveries really in flight: 20 unsettled deliveries EA1 -> INT.A -> INT.B ->
+    EB1 sit at a consumer that received them and settles nothing. INT.B (the consumer's interior) is
+    killed (-9): every one comes back to the producer on EA1 RELEASED or MODIFIED (none lost, none
+    stuck); the consumer's accepts after the kill change none of them; EA1, INT.A and EB1 then hold
+    nothing in flight, and the clients keep their connections to their edges."""
+    n = router_test(node_factory)
+    cons = Client(n["EB1"].url)
+    rx = cons.receiver("balanced/edge-inflight", credit=50, auto_accept=False)
+    client = Client(n["EA1"].url)
+    s = client.sender("balanced/edge-inflight")
+    s.wait_credit(20, timeout=10)
+    trackers = [s.send(make_message(f"held {i}")) for i in range(20)]
+    rx.wait_messages(20, timeout=10)
+    for name in ("EA1", "INT.A", "INT.B", "EB1"):
+        held = node_state(n[name]).in_flight
+        assert held >= 20, f"{name} holds {held} deliveries in flight, not the 20 at the consumer"
+    assert not any(t.settled for t in trackers)
+    kill9(n["INT.B"])
+    wait_until(lambda: all(t.settled for t in trackers), 15, "every delivery settled at its producer")
+    outcomes = Counter(t.state for t in trackers)
+    print(f"outcomes at the producer after the kill: {dict(outcomes)}")
+    assert set(outcomes) <= {RELEASED, MODIFIED}, outcomes
+    for r in rx.received:
+        if cons.remote_open:
+            r.accept()              # too late: the producer has its answer already
+    wait_until(lambda: uplink_of(n["EB1"]) == "INT.A", 10, "EB1 routes through INT.A")
+    for name in ("EA1", "INT.A", "EB1"):
+        wait_until(lambda nd=n[name]: node_state(nd).in_flight == 0, 10, f"{name} holds nothing in flight")
+    assert Counter(t.state for t in trackers) == outcomes
+    assert client.remote_open and cons.remote_open, "a client lost its connection to its edge"

@@ -44,7 +44,7 @@ UNKNOWN = [
      "max_sessions, max_links, idle_timeout, handshake_timeout, policy_vhost, websocket, websocket_path, "
      "name"),
     (config(listeners=[{**LISTENER, "tls": {"bogus": 1}}]), "listeners[0].tls.bogus",
-     "cert, key, key_password_file, ca, require_client_cert, protocols"),
+     "cert, key, key_password_file, ca, require_client_cert, protocols, bind_edge_id"),
     (config(listeners=[{**LISTENER, "sasl": {"bogus": 1}}]), "listeners[0].sasl.bogus",
      "mechanisms, users_file, sasldb, allow_plain_without_tls"),
     (config(addresses={"bogus": 1}), "addresses.bogus", "default, rules"),

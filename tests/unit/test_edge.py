@@ -94,6 +94,16 @@ def test_admit_refuses_taken_ids():
     assert hub.admit("E1", "l1", ()) is None and hub.refused == 4
 
 
+def test_admit_binds_the_id_to_the_certificate_cn_when_asked():
+    hub = EdgeHub("I1")
+    assert hub.admit("E1", "l1", (), True, "E1") is None
+    assert "not its certificate's common name 'E2'" in hub.admit("E1", "l1", (), True, "E2")
+    assert "no common name" in hub.admit("E1", "l1", (), True, None)
+    assert hub.admit("E1", "l1", (), False, "E2") is None      # not bound: the certificate names nobody
+    assert "own id" in hub.admit("I1", "l1", (), True, "I1")     # a certificate never allows a taken id
+    assert hub.refused == 3
+
+
 def _active(hub, link, edge_id, add=(), watch=()):
     hub.edge_up(link, edge_id)
     hub.on_addr(link, EdgeMessage(EDGE_ADDR, list(add), [], list(watch), [], full=True))
