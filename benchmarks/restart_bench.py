@@ -42,9 +42,9 @@ for p in (str(REPO), str(REPO / "benchmarks")):
 import yaml  # noqa: E402
 from proton import Delivery  # noqa: E402
 from scale_bench import ECHO, CanaryProcess, _remote_addresses  # noqa: E402
-from scale_bench import Node as StateNode  # noqa: E402
 from storm_bench import NodeRun, collect  # noqa: E402
 
+from router.meshctl.probe import StateReader  # noqa: E402
 from tests.support.clients import Client  # noqa: E402
 from tests.support.ports import free_ports  # noqa: E402
 from tests.support.storm import StormProcess  # noqa: E402
@@ -82,9 +82,18 @@ def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int) -> tu
     return nodes, client
 
 
-def remote_count(node: NodeRun) -> int | None:
-    st = StateNode(node.node_id, node.proc, "", 0, node.stderr).state()
-    return None if st is None else _remote_addresses(st)
+def remote_count(node: NodeRun, timeout: float = 2.0) -> int | None:
+    """Addresses with a remote destination in a fresh SIGUSR1 state line of the node (None if none came)."""
+    reader = StateReader(node.proc.pid, node.stderr)
+    reader.skip_existing()
+    if not reader.request():
+        return None
+    deadline = time.monotonic() + timeout
+    while not reader.read():
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.01)
+    return None if reader.state is None else _remote_addresses(reader.state)
 
 
 def _pump_until(pred, timeout: float, what: str) -> None:

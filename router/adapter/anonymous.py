@@ -15,6 +15,8 @@ from router.forwarding.records import Producer
 
 ANON_SCAN_LIMIT = 64 * 1024          # sections before the body of an anonymous message must fit in this
 TO_KEYS_KEPT = 4096                  # anonymous-relay `to` addresses whose key is kept (then all forgotten)
+# `forget_unused_to_keys` (every node.forget_after seconds) keeps only the keys used since the last call:
+# replies go to callers' own addresses, and a caller that left leaves its address here otherwise
 
 
 class AnonymousRelay:
@@ -52,6 +54,11 @@ class AnonymousRelay:
                 return None
         return key
 
+    def forget_unused_to_keys(self) -> None:
+        """Drop the `to` keys not used since the last call."""
+        self._unused_keys_of_to = self._keys_of_to
+        self._keys_of_to = {}
+
     def _key_of_to(self, raw: bytes) -> str | None:
         """The routing key of the `to` address `raw` (kept for the next message to it); None if it is not
         UTF-8 (`scan_message` then rejects the message)."""
@@ -62,5 +69,6 @@ class AnonymousRelay:
         keys = self._keys_of_to
         if len(keys) >= TO_KEYS_KEPT:
             keys.clear()
-        key = keys[raw] = address_key(to, self.node_id)
+        key = self._unused_keys_of_to.pop(raw, None) or address_key(to, self.node_id)
+        keys[raw] = key
         return key

@@ -372,6 +372,6 @@ class Engine:
         internal = sum(1 for c in self.conns.values() if c.internal)
         links = sum(1 for rec in self.links.values() if not rec.conn.internal)
         snap.update(connections=len(self.conns) - internal, internal_connections=internal, links=links,
-                    streams=len(self.streams.active))
+                    streams=len(self.streams.active), memos=self.deliveries.memo_sizes())
         return snap
 

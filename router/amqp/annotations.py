@@ -72,6 +72,8 @@ from router.amqp.codec import (
 __all__ = [
     "AnnotationLayout",
     "RouterAnnotations",
+    "forget_unused",
+    "memo_sizes",
     "read_router_annotations",
     "rewrite",
     "rewrite_prefix",
@@ -641,6 +643,7 @@ class RouterView:
 # carry the same section, so most are read by one dict lookup. The annotations object is shared: callers
 # must not change it (RouterView.read() returns a copy).
 _VIEWS: dict[bytes, tuple[RouterAnnotations, int, int]] = {}
+_VIEWS_UNUSED: dict[bytes, tuple[RouterAnnotations, int, int]] = {}   # _VIEWS before `forget_unused`
 _VIEWS_MAX = 4096
 _K_INGRESS_LEN = len(_K_INGRESS)
 _K_TRACE_LIST = _K_TRACE + b"\xc0"           # the trace as a list8
@@ -678,6 +681,8 @@ def router_view(buf: bytes) -> RouterView | None:
             return None
         section = buf[start:end]
         seen = _VIEWS.get(section)          # a stream repeats the same section message after message
+        if seen is None and section in _VIEWS_UNUSED:
+            seen = _VIEWS[section] = _VIEWS_UNUSED.pop(section)
         if seen is not None:
             ann, rest, kept = seen
             return RouterView(buf, ann, start, start + rest, end, kept)
@@ -718,6 +723,24 @@ def router_view(buf: bytes) -> RouterView | None:
         _VIEWS.clear()
     _VIEWS[section] = (ann, q - start, count - 6)
     return RouterView(buf, ann, start, q, end, count - 6)
+
+
+def forget_unused() -> None:
+    """Drop this module's memos of routing keys not used since the last call (the node calls it every
+    ``node.forget_after`` seconds: a reply address of a client that left is in them): the sections read
+    by `router_view` not looked up since, and the encodings of strings and router fields (made again
+    when next used)."""
+    _VIEWS_UNUSED.clear()
+    _VIEWS_UNUSED.update(_VIEWS)
+    _VIEWS.clear()
+    _enc_str.cache_clear()
+    _encode_fields.cache_clear()
+
+
+def memo_sizes() -> dict[str, int]:
+    """Entries in this module's memos (for the node's state line)."""
+    return {"views": len(_VIEWS) + len(_VIEWS_UNUSED), "strings": _enc_str.cache_info().currsize,
+            "fields": _encode_fields.cache_info().currsize}
 
 
 def annotate_ingress(buf: bytes, ann: RouterAnnotations) -> bytes:

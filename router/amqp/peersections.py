@@ -17,6 +17,12 @@ header and section, the usual case) is found by one comparison and sent as one o
 :class:`IngressSections` and :func:`insertion_point` do the same for an ingress node: the section it
 adds to a client's message without annotations, made once per routing key.
 
+Both tables are keyed by routing keys, and an RPC caller's reply address is one: clients that come and go
+leave an entry each (about 1.3 KB for a peer section). ``forget_unused()``, called by the node every
+``node.forget_after`` seconds, drops what was not used since the call before (an entry in use moves to
+the current table on its next lookup), so the tables hold what the last two periods used, not every
+address ever seen (``MAX_SECTIONS`` still bounds each one).
+
 Measured (BENCHMARKS.md, "Per-hop CPU (issue 21)"): this path replaced ``router_view`` + ``with_hop`` +
 ``RouterView.rewrite`` per message, about a quarter of a transit hop's instructions.
 """
@@ -67,6 +73,7 @@ class PeerSections:
     def __init__(self, node_id: str) -> None:
         self.node_id = node_id
         self._table: dict[bytes, PeerSection] = {}
+        self._unused: dict[bytes, PeerSection] = {}   # the table before the last `forget_unused`
         # the bytes of the last message found, up to the end of its section, and what was found: a
         # message that starts with the same bytes has the same sections there (one comparison; the
         # caller may test `last` itself)
@@ -105,13 +112,25 @@ class PeerSections:
         key = data[p:end]
         s = self._table.get(key)
         if s is None:
-            s = self._learn(data, p, end, key)
-            if s is None:
-                return None
+            s = self._unused.pop(key, None)
+            if s is not None:
+                self._table[key] = s
+            else:
+                s = self._learn(data, p, end, key)
+                if s is None:
+                    return None
         head = data[:p]
         found = end, head + s.to_peer, head + s.to_client, s
         self.last = (data[:end], found)
         return found
+
+    def forget_unused(self) -> None:
+        """Drop the sections not used since the last call (see the module's docstring)."""
+        self._unused = self._table
+        self._table = {}
+
+    def __len__(self) -> int:
+        return len(self._table) + len(self._unused)
 
     def _learn(self, data: bytes, start: int, end: int, section: bytes) -> PeerSection | None:
         """Read a section not seen before (through router_view) and keep what it gives."""
@@ -158,14 +177,26 @@ class IngressSections(dict):
     def __init__(self, node_id: str) -> None:
         super().__init__()
         self.hop = "0/" + node_id
+        self._unused: dict[str, bytes] = {}     # the table before the last `forget_unused`
 
     def __missing__(self, key: str) -> bytes:
-        enc, n = _encode_router(RouterAnnotations(self.hop, [self.hop], key))
-        s = b"".join((_MA_DESCRIPTOR, _map_header(len(enc), n), enc))
+        s = self._unused.pop(key, None)
+        if s is None:
+            enc, n = _encode_router(RouterAnnotations(self.hop, [self.hop], key))
+            s = b"".join((_MA_DESCRIPTOR, _map_header(len(enc), n), enc))
         if len(self) >= MAX_SECTIONS:
             self.clear()
         self[key] = s
         return s
+
+    def forget_unused(self) -> None:
+        """Drop the sections not used since the last call (see the module's docstring)."""
+        self._unused = dict(self)
+        self.clear()
+
+    def size(self) -> int:
+        """Sections kept (those used in the last two periods)."""
+        return len(self) + len(self._unused)
 
     def section(self, key: str) -> bytes:
         """The section for routing key `key` (``self[key]``)."""

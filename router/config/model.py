@@ -320,6 +320,10 @@ class NodeConfig:
         _timer, "CPU seconds per event-loop turn for reads of heavy client connections; the others wait for "
                 "the next turn (peers and light connections are always read at once)", 0.005,
         group="node")
+    forget_after: float = declare(
+        _timer, "seconds after which the node forgets what it remembered per routing key and no longer "
+                "uses (annotations sections, anonymous-relay `to` keys: a reply address of a client that "
+                "left); one kept in use stays", 60.0, group="node")
     connectors: tuple[ConnectorConfig, ...] = declare(
         c.list_of(section(ConnectorConfig), "connectors"), "peer nodes this node dials and keeps connected "
                                                            "(retry 0.02 s doubling to 5 s)", ())

@@ -137,6 +137,8 @@ class NodeServer:
         self._bulk_handle: asyncio.TimerHandle | None = None   # the next bulk turn (address floods)
         self._spent = 0.0                           # seconds of heavy reads handled in this loop iteration
         self.heavy_read = config.heavy_read         # a client read taking more CPU than this: heavy
+        self.forget_after = config.forget_after     # memos by routing key unused this long go (`_tick`)
+        self._forget_at = time.monotonic() + self.forget_after
         self.read_budget = config.read_budget       # CPU seconds of heavy reads per loop iteration
         self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
         self._new_pass_scheduled = False
@@ -674,6 +676,9 @@ class NodeServer:
         """Drive Proton's idle-timeout processing (heartbeats out, silent peers dropped)."""
         now = time.monotonic()
         self.engine.tick(int(now * 1000))
+        if now >= self._forget_at:          # memos by routing key not used for node.forget_after
+            self.engine.deliveries.forget_unused()
+            self._forget_at = now + self.forget_after
         self._handshake_log.flush(now)
         if self.trimmer.maybe_trim() and self.gc_pacer is not None:
             self.gc_pacer.connections_freed()

@@ -103,3 +103,37 @@ def test_messages_with_annotations_take_the_general_path() -> None:
     assert insertion_point(message(True, True, USER)) == -1
     assert insertion_point(message(False, False, USER)) == -1
     assert insertion_point(b"") == 0            # (an empty transfer never gets here: rejected before)
+
+
+def test_forget_unused_keeps_what_is_used_and_drops_the_rest() -> None:
+    """`forget_unused` (every node.forget_after): a section used since the call before is kept (the same
+    object, not read again), one unused for two calls is gone; what is sent does not change."""
+    table = PeerSections("Z")
+    used, left = (annotate_ingress(message(False, False, None, mid=f"m{i}"), ann) for i, ann in
+                  enumerate(ANNS[:2]))
+    first = table.find(used)[3]
+    table.find(left)
+    assert len(table) == 2
+    table.forget_unused()
+    table.last = None                       # not the last-message shortcut: the table itself
+    assert table.find(used)[3] is first     # used in this period: moved back, not learned again
+    table.forget_unused()
+    assert len(table) == 1                  # `left` was not used for a whole period
+    table.last = None
+    assert table.find(used)[3] is first
+    table.forget_unused()
+    table.forget_unused()
+    assert len(table) == 0
+    table.last = None
+    again = table.find(left)
+    assert sent(left, again, True) == general(left, "Z")[1]
+
+
+def test_ingress_sections_forget_unused() -> None:
+    sections = IngressSections("Z")
+    kept, dropped = sections["svc/kept"], sections["_topo/0/C/temp.gone"]
+    sections.forget_unused()
+    assert sections["svc/kept"] is kept and sections.size() == 2
+    sections.forget_unused()
+    assert sections.size() == 1 and "_topo/0/C/temp.gone" not in sections
+    assert sections["_topo/0/C/temp.gone"] == dropped     # made again, the same bytes
