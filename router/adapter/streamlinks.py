@@ -44,10 +44,14 @@ log = logging.getLogger(__name__)
 STREAM = "qd.router-stream"            # terminus capability of a streaming link
 STREAMING_LINKS = "qd.streaming-links"   # connection capability: the peer opens and takes them
 MAX_STREAM_LINKS = 16                  # per peer and direction
-# A streaming link's session at the receiving end: bytes of a paused stream the peer may have in flight
-# to it (the data link's session keeps SESSION_CAPACITY). 16 links x 2 MiB bounds what a peer's paused
+# A streaming link's session at the receiving end: bytes of a stream the peer may have in flight to it (the
+# data link's session keeps SESSION_CAPACITY). Those bytes share the one TCP connection with the data link,
+# and a small message sent beside a stream waits behind what is in flight of it: with 2 MiB, RPC calls C -> B
+# beside 100 MB streams C -> B had a p99 of 12-14 ms, with 256 KiB 7 ms (128 KiB: 6 ms, but the calls'
+# median rose and the streams slowed by a third); the streams' rate fell by about 10 %
+# (benchmarks/large_bench.py hol, quiet machine). 16 links x 256 KiB also bounds what a peer's paused
 # streams can hold in a node.
-STREAM_SESSION_CAPACITY = 2 * 1024 * 1024
+STREAM_SESSION_CAPACITY = 256 * 1024
 # A multi-frame message on a peer's data link is read whole, once complete, up to this size (half the
 # data link's session window, so that it always can complete)
 WHOLE_ON_DATA_LINK = 4 * 1024 * 1024
