@@ -28,7 +28,8 @@ The rules, with ``limit`` the budget in bytes:
 Streamed messages count as they wait: a paused one's bytes are in its producer's session (incoming, up
 to the session's capacity) and its consumer's (outgoing); over the limit a stream pauses as soon as its
 consumer holds more than ``busy`` bytes (`stream_high_water`), so that it moves on only to consumers that
-drain.
+drain; a consumer busy with a stream, or one a stream is paused for, or behind a full socket, counts as
+busy (`stalled`) even when the kernel has just taken its output.
 
 A held producer is remembered (by connection, or as held for the total) and handed back to the ledger
 (`take_released`) when the reason is gone, so credit resumes without polling.
@@ -39,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from router.defaults import MEMORY_LIMIT_MIN
-from router.forwarding.records import Address, Producer
+from router.forwarding.records import Address, Consumer, Producer
 
 MIN_LIMIT = MEMORY_LIMIT_MIN        # the smallest budget a node accepts (`node.memory_limit`)
 DEFAULT_FRACTION = 4                # the default budget: a quarter of physical memory ...
@@ -77,6 +78,9 @@ class MemoryBudget:
         self._producers = 1
         # producers never held (the adapter's: the node's own in-process clients, such as management's)
         self.exempt: Callable[[Producer], bool] = lambda p: False
+        # whether a consumer takes nothing at once whatever its connection holds (the adapter's: a stream
+        # in progress or paused for it, a full socket; the kernel may just have taken its output)
+        self.stalled: Callable[[Consumer], bool] = lambda c: False
 
     # ---- what the adapter reports ---------------------------------------------------------------------
     def report(self, conn: object, nbytes: int) -> None:
@@ -186,8 +190,8 @@ class MemoryBudget:
         return slow if not a.remote else []
 
     def _busy(self, a: Address) -> bool:
-        buffered = self.buffered
-        return any(buffered.get(c.conn, 0) > BUSY for c in a.consumers)
+        buffered, stalled = self.buffered, self.stalled
+        return any(buffered.get(c.conn, 0) > BUSY or stalled(c) for c in a.consumers)
 
     def snapshot(self) -> dict:
         """For management and logs."""

@@ -99,6 +99,25 @@ def test_over_the_limit_busy_anonymous_and_peer_producers_wait_until_three_quart
     assert not budget.over
 
 
+def test_over_the_limit_a_stalled_consumer_is_busy_whatever_its_connection_holds():
+    """A consumer a stream is paused for (or behind a full socket) is busy even while the kernel has just
+    taken its output (its connection holds nothing): a new producer of its address waits."""
+    core, budget = make_core(limit=16 * MiB)
+    stalled_conns = {"stalled"}
+    budget.stalled = lambda c: c.conn in stalled_conns
+    stalled_c = core.add_consumer("stalled-c", "stalled", "q-big")
+    fast_c = core.add_consumer("fast-c", "fast", "q-fast")
+    core.consumer_credit(stalled_c, 1000)
+    core.consumer_credit(fast_c, 1000)
+    budget.report("y", 16 * MiB)                     # over the limit; the consumers hold nothing
+    core.add_producer("to-big", "pc1", "q-big")
+    core.add_producer("to-fast", "pc2", "q-fast")
+    assert grants(core) == {"to-fast": 64}
+    stalled_conns.clear()                            # the consumer reads again: released once under 3/4
+    budget.report("y", 12 * MiB)
+    assert grants(core) == {"to-big": 64}
+
+
 def test_the_nodes_own_clients_are_never_held():
     core, budget = make_core()
     budget.exempt = lambda p: p.conn == "internal"
