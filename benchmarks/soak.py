@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +51,7 @@ import yaml  # noqa: E402
 from harness.paths import BenchError  # noqa: E402
 from harness.procs import free_ports, start_node  # noqa: E402
 from harness.sample import rss_bytes as rss  # noqa: E402
+from harness.tally import Tally  # noqa: E402
 
 from router.rpc import RpcClient, RpcServer  # noqa: E402
 from router.rpc.notify import NotificationListener  # noqa: E402
@@ -141,31 +141,17 @@ class Mesh:
 # ---------------------------------------------------------------------------------------------- traffic
 
 
-class Traffic:
+class Traffic(Tally):
     """The client side of the soak: threads that each run one kind of traffic at a paced rate."""
 
     def __init__(self, mesh: Mesh, rpc_rate: float, multicast_rate: float, notify_rate: float) -> None:
+        super().__init__()
         self.mesh = mesh
         self.rates = {"rpc": rpc_rate, "multicast": multicast_rate, "notify": notify_rate}
-        self.counts: Counter = Counter()
-        self.errors: Counter = Counter()
-        self.lock = threading.Lock()
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.closers: list[Any] = []
         self.listener: NotificationListener | None = None
-
-    def count(self, key: str, n: int = 1) -> None:
-        with self.lock:
-            self.counts[key] += n
-
-    def error(self, key: str, exc: BaseException) -> None:
-        with self.lock:
-            self.errors[f"{key}: {type(exc).__name__}"] += 1
-
-    def snapshot(self) -> dict[str, int]:
-        with self.lock:
-            return dict(self.counts)
 
     def start(self) -> None:
         url = {n: node.url for n, node in self.mesh.nodes.items()}

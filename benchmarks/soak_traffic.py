@@ -18,6 +18,7 @@ for p in (str(REPO), str(REPO / "benchmarks")):
     if p not in sys.path:
         sys.path.insert(0, p)
 
+from harness.tally import Tally  # noqa: E402
 from storm_bench import MIB  # noqa: E402
 
 from router.rpc import RpcClient, RpcServer  # noqa: E402
@@ -39,14 +40,12 @@ class SoakMesh(Protocol):
     url: dict[str, str]
 
 
-class Traffic:
+class Traffic(Tally):
     """Every flow's threads and counters."""
 
     def __init__(self, mesh: SoakMesh, victim: str, rpc_rate: float, flood: int) -> None:
+        super().__init__()
         self.mesh, self.victim, self.rpc_rate, self.flood = mesh, victim, rpc_rate, flood
-        self.lock = threading.Lock()
-        self.counts: Counter = Counter()
-        self.errors: Counter = Counter()
         self.acked: dict[str, set[str]] = {k: set() for k in LEDGERS}
         self.unconfirmed: dict[str, set[str]] = {k: set() for k in LEDGERS}
         self.received: dict[str, Counter] = {k: Counter() for k in LEDGERS}
@@ -57,14 +56,6 @@ class Traffic:
         self.servers: dict[str, list[RpcServer]] = {n: [] for n in mesh.names}
         self.generation: dict[str, int] = {}
         self.news_seen: dict[str, Counter] = {n: Counter() for n in mesh.names}
-
-    def count(self, key: str, n: int = 1) -> None:
-        with self.lock:
-            self.counts[key] += n
-
-    def error(self, key: str, exc: BaseException) -> None:
-        with self.lock:
-            self.errors[f"{key}: {type(exc).__name__}"] += 1
 
     # ---- servers (those on the victim are made again after each restart) -------------------------------
     def serve(self, node: str) -> None:

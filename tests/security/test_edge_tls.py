@@ -40,15 +40,20 @@ def _attached(e, interior: str = "B", seconds: float = 10) -> None:
         time.sleep(0.1)
 
 
+def _carries(edge, interior, address: str, body: str) -> None:
+    """A message sent on `edge` to `address` is accepted by a receiver on `interior`."""
+    rx = Client(interior.url).receiver(address, credit=5)
+    s = Client(edge.url).sender(address)
+    s.wait_credit(1, timeout=10)
+    assert s.send(body).wait().outcome == "ACCEPTED"
+    assert rx.wait_messages(1)[0].body == body
+
+
 def test_edge_attaches_over_mutual_tls_with_external(secure_node, node_factory, pki):
     b, port = _interior(secure_node, pki)
     e = _tls_edge(node_factory, port, _cert_a(pki))
     _attached(e)
-    rx = Client(b.url).receiver("closest/edge-tls", credit=5)
-    s = Client(e.url).sender("closest/edge-tls")
-    s.wait_credit(1, timeout=10)
-    assert s.send("over TLS").wait().outcome == "ACCEPTED"
-    assert rx.wait_messages(1)[0].body == "over TLS"
+    _carries(e, b, "closest/edge-tls", "over TLS")
     rows = Requester(Client(b.url)).query("connection")
     (row,) = [r for r in rows if r["role"] == "edge"]
     assert row["security"].startswith("TLSv1."), row
@@ -90,11 +95,7 @@ def test_an_edge_whose_id_is_not_its_certificates_cn_is_refused(secure_node, nod
     assert want in b.stderr_tail(), b.stderr_tail()
     e = _tls_edge(node_factory, port, _cert_a(pki))
     _attached(e)
-    rx = Client(b.url).receiver("closest/edge-bound", credit=5)
-    s = Client(e.url).sender("closest/edge-bound")
-    s.wait_credit(1, timeout=10)
-    assert s.send("bound").wait().outcome == "ACCEPTED"
-    assert rx.wait_messages(1)[0].body == "bound"
+    _carries(e, b, "closest/edge-bound", "bound")
     assert uplink_of(impostor) is None
     rows = Requester(Client(b.url)).query("edge")
     assert [r["identity"] for r in rows] == ["router-a"], rows
