@@ -143,10 +143,11 @@ class Engine:
             budget.exempt = lambda p: p.conn.internal      # management's agent, the broker gateways
             budget.stalled = self._stalled
 
-    def _stalled(self, c: Consumer) -> bool:
-        """For the memory budget: `c` takes nothing at once (a stream is in progress on its link or
-        paused for its connection, or its socket is full) even if the kernel has just taken its output."""
-        return c.busy or c.conn.want_write or self.streams.paused_for(c.conn)
+    @staticmethod
+    def _stalled(c: Consumer) -> bool:
+        """For the memory budget: `c` takes nothing at once (a stream is in progress on its link, or its
+        socket is full) even if the kernel has just taken its output."""
+        return c.busy or c.conn.want_write
 
     def _delivery_size(self, conn: Connection) -> int:
         """The mean size of what `conn` sent per delivery so far (bytes read over its producers'

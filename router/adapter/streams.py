@@ -85,7 +85,7 @@ class Stream:
     """A multi-frame inbound delivery being passed on chunk by chunk."""
 
     __slots__ = ("in_dlv", "in_link", "producer", "outs", "group", "presettled", "prefix", "routed",
-                 "final", "size", "payload", "key", "ann", "tel", "oversized", "waits_for")
+                 "final", "size", "payload", "key", "ann", "tel", "oversized")
 
     def __init__(self, in_dlv: object, in_link: object, producer: Producer) -> None:
         self.in_dlv = in_dlv
@@ -105,7 +105,6 @@ class Stream:
         self.ann: RouterAnnotations | None = None   # its router annotations (from a peer)
         self.tel: object = None                # the observer's own record of it
         self.oversized = False                 # it passed the size limit: the rest is dropped
-        self.waits_for: object = None          # the consumer connection it paused for, while paused
 
 
 class Streams:
@@ -254,14 +253,11 @@ class Streams:
         budget = self.core.ledger.budget
         high = STREAM_HIGH_WATER if budget is None else budget.stream_high_water(STREAM_HIGH_WATER)
         while True:
-            if s.outs and not self.draining:
-                full = next((c.conn for c, _ in s.outs
-                             if pn_session_outgoing_bytes(pn_link_session(c.handle)) + c.conn.out_pending
-                             > high), None)
-                if full is not None:
-                    s.waits_for = full
-                    self.paused.add(s)
-                    return
+            if s.outs and not self.draining and any(
+                    pn_session_outgoing_bytes(pn_link_session(c.handle)) + c.conn.out_pending
+                    > high for c, _ in s.outs):
+                self.paused.add(s)
+                return
             n = pn_delivery_pending(d)
             if n <= 0:
                 break
@@ -293,15 +289,10 @@ class Streams:
                 self.dirty.add(c.conn)
             self.dirty.add(s.producer.conn)     # reading reopens its session window
         self.paused.discard(s)
-        s.waits_for = None
         if pn_delivery_aborted(d):
             self._end(s, aborted=True)
         elif not pn_delivery_partial(d) and pn_delivery_pending(d) <= 0:
             self._end(s, aborted=False)
-
-    def paused_for(self, conn: object) -> bool:
-        """Whether a streamed message is paused until `conn` (a consumer's connection) reads more."""
-        return any(s.waits_for is conn for s in self.paused)
 
     def resume(self) -> None:
         """Retry paused streams (called after output was written)."""

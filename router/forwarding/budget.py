@@ -28,8 +28,8 @@ The rules, with ``limit`` the budget in bytes:
 Streamed messages count as they wait: a paused one's bytes are in its producer's session (incoming, up
 to the session's capacity) and its consumer's (outgoing); over the limit a stream pauses as soon as its
 consumer holds more than ``busy`` bytes (`stream_high_water`), so that it moves on only to consumers that
-drain; a consumer busy with a stream, or one a stream is paused for, or behind a full socket, counts as
-busy (`stalled`) even when the kernel has just taken its output.
+drain; a consumer busy with a stream, or behind a full socket, counts as busy (`stalled`) even when the
+kernel has just taken its output.
 
 A held producer is remembered (by connection, or as held for the total) and handed back to the ledger
 (`take_released`) when the reason is gone, so credit resumes without polling.
@@ -79,7 +79,7 @@ class MemoryBudget:
         # producers never held (the adapter's: the node's own in-process clients, such as management's)
         self.exempt: Callable[[Producer], bool] = lambda p: False
         # whether a consumer takes nothing at once whatever its connection holds (the adapter's: a stream
-        # in progress or paused for it, a full socket; the kernel may just have taken its output)
+        # in progress on its link, a full socket; the kernel may just have taken its output)
         self.stalled: Callable[[Consumer], bool] = lambda c: False
 
     # ---- what the adapter reports ---------------------------------------------------------------------

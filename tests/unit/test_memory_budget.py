@@ -100,7 +100,7 @@ def test_over_the_limit_busy_anonymous_and_peer_producers_wait_until_three_quart
 
 
 def test_over_the_limit_a_stalled_consumer_is_busy_whatever_its_connection_holds():
-    """A consumer a stream is paused for (or behind a full socket) is busy even while the kernel has just
+    """A consumer busy with a stream (or behind a full socket) is busy even while the kernel has just
     taken its output (its connection holds nothing): a new producer of its address waits."""
     core, budget = make_core(limit=16 * MiB)
     stalled_conns = {"stalled"}
