@@ -21,6 +21,16 @@ MAX_FRAME_SIZE = 16384
 """The max-frame-size of our Open, as qdrouterd's (``listeners[].max_frame_size``; the adapter's
 ``MAX_FRAME`` for connections without a listener's policy)."""
 
+STREAM_WINDOW = 256 * 1024
+"""Bytes of a streamed message a peer may have in flight to a node while the peer's data link is quiet
+(``node.stream_window``; router.adapter.streamlinks)."""
+
+STREAM_WINDOW_SHARED = 32 * 1024
+"""The same while messages cross on the peer's data link too (``node.stream_window_shared``)."""
+
+STREAM_WINDOW_MIN = 2 * MAX_FRAME_SIZE
+"""The smallest of either (two frames; a connection with larger frames gets two of its own)."""
+
 MEMORY_LIMIT_MIN = 16 * 1024 * 1024
 """The smallest node-wide memory budget (``node.memory_limit``; router.forwarding.budget)."""
 

@@ -68,7 +68,6 @@ from cproton_ffi.lib import (
 from router.adapter.endpoints import SESSION_CAPACITY, refuse, terminus_address
 from router.adapter.outcomes import NodeOutcome
 from router.adapter.routerlinks import ROUTER_ROLES, RouterLink
-from router.adapter.streamlinks import STREAM_SESSION_CAPACITY
 from router.amqp.frames import refusal
 from router.forwarding.decisions import Refusal
 from router.forwarding.records import MODIFIED, Consumer, Producer
@@ -161,7 +160,9 @@ class LinkEvents:
             # a peer node's (or an edge's, or an edge's interior's) sessions after its first carry one
             # streaming link each (streamlinks.py)
             stream = conn is not None and conn.role in ROUTER_ROLES and bool(conn.sessions)
-            pn_session_set_incoming_capacity(ssn, STREAM_SESSION_CAPACITY if stream else SESSION_CAPACITY)
+            streams = self.engine.mesh_links.streams
+            pn_session_set_incoming_capacity(ssn, streams.capacity(conn, streams.window) if stream
+                                             else SESSION_CAPACITY)
             pn_session_open(ssn)
         if conn is not None:
             conn.sessions.append(ssn)

@@ -116,7 +116,7 @@ class RouterPeer:
     """What a node knows about the peer at the other end of an inter-router connection."""
 
     __slots__ = ("node_id", "cost", "control_in", "control_out", "data_in", "data_out", "up", "data_consumer",
-                 "heard_due", "streaming", "stream_out", "stream_in")
+                 "heard_due", "streaming", "stream_out", "stream_in", "data_seen", "data_at")
 
     def __init__(self, node_id: str, cost: int) -> None:
         self.node_id = node_id
@@ -131,6 +131,8 @@ class RouterPeer:
         self.streaming = False      # it takes streaming links (router.adapter.streamlinks)
         self.stream_out: list = []  # our streaming links to it (core consumers)
         self.stream_in = 0          # streaming links it opened to us
+        self.data_seen = 0          # deliveries seen on its data-in link (StreamLinks.size_window)
+        self.data_at = -1e9         # when that count last moved (the core's clock)
 
     def add(self, rl: RouterLink) -> None:
         if rl.kind == STREAM:

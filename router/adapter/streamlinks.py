@@ -28,15 +28,19 @@ import logging
 
 from cproton_ffi.lib import (
     pn_link_open,
+    pn_link_session,
     pn_link_source,
     pn_link_target,
     pn_sender,
     pn_session,
+    pn_session_get_incoming_capacity,
     pn_session_open,
     pn_session_set_incoming_capacity,
+    pn_transport_get_max_frame,
 )
 
-from router.forwarding.records import Consumer
+from router.defaults import STREAM_WINDOW, STREAM_WINDOW_SHARED
+from router.forwarding.records import Consumer, Producer
 from router.logs import cut
 
 log = logging.getLogger(__name__)
@@ -46,12 +50,16 @@ STREAMING_LINKS = "qd.streaming-links"   # connection capability: the peer opens
 MAX_STREAM_LINKS = 16                  # per peer and direction
 # A streaming link's session at the receiving end: bytes of a stream the peer may have in flight to it (the
 # data link's session keeps SESSION_CAPACITY). Those bytes share the one TCP connection with the data link,
-# and a small message sent beside a stream waits behind what is in flight of it: with 2 MiB, RPC calls C -> B
-# beside 100 MB streams C -> B had a p99 of 12-14 ms, with 256 KiB 7 ms (128 KiB: 6 ms, but the calls'
-# median rose and the streams slowed by a third); the streams' rate fell by about 10 %
-# (benchmarks/large_bench.py hol, quiet machine). 16 links x 256 KiB also bounds what a peer's paused
-# streams can hold in a node.
-STREAM_SESSION_CAPACITY = 256 * 1024
+# and a small message sent beside a stream waits behind what is in flight of it. So the window is
+# `node.stream_window` while the peer's data link is quiet and `node.stream_window_shared` while it carries
+# messages (one arrived in the last SHARED_FOR seconds). RPC calls C -> B beside 100 MB streams C -> B
+# (benchmarks/large_bench.py hol, 3 rounds a run, one window, 2-core machine): p99 13 ms (median of 6 runs)
+# with 256 KiB throughout, 10.2-10.8 ms with 128 KiB while shared, 7.5-11.1 ms (median 8.8) with 64 KiB,
+# 6.0-7.1 ms with 32 KiB; the streams took 7.5 s with 256 KiB, 8 s with 32 KiB while shared; with the streams
+# on another pair of nodes (A -> D), 4.3 ms. A window is also the most a stream moves per round trip:
+# window / RTT bounds its rate, so meshes over long round trips want both larger (docs/CONFIGURATION.md).
+# 16 links x the window also bounds what a peer's paused streams can hold in a node.
+SHARED_FOR = 0.5        # seconds after the last message on the peer's data link
 # A multi-frame message on a peer's data link is read whole, once complete, up to this size (half the
 # data link's session window, so that it always can complete)
 WHOLE_ON_DATA_LINK = 4 * 1024 * 1024
@@ -69,6 +77,8 @@ class StreamLinks:
         self._set_capability = set_capability
         self._names = 0
         self.opened = 0                # streaming links this node opened (management: streamLinks)
+        self.window = STREAM_WINDOW                 # node.stream_window
+        self.shared_window = STREAM_WINDOW_SHARED   # node.stream_window_shared
 
     def for_stream(self, c: Consumer) -> Consumer | None:
         """The link a streamed message for peer data link `c` goes on: a free streaming link to that
@@ -87,7 +97,7 @@ class StreamLinks:
 
     def _open(self, conn: object, peer: object) -> Consumer:
         ssn = pn_session(conn.pn_conn)
-        pn_session_set_incoming_capacity(ssn, STREAM_SESSION_CAPACITY)
+        pn_session_set_incoming_capacity(ssn, self.window)
         pn_session_open(ssn)
         self._names += 1
         link = pn_sender(ssn, f"qdlink.{self.node_id}.{STREAM}.{self._names}".encode())
@@ -113,3 +123,39 @@ class StreamLinks:
             return f"at most {MAX_STREAM_LINKS} streaming links per peer".encode()
         peer.stream_in += 1
         return None
+
+    def capacity(self, conn: object, window: int) -> int:
+        """A session capacity of `window` bytes on `conn`, but at least two of its frames (Proton's window
+        is in whole frames: below one, the peer could send nothing)."""
+        return max(window, 2 * pn_transport_get_max_frame(conn.pn_transport))
+
+    def size_window(self, p: Producer, read: int, now: float) -> None:
+        """Size the session window of the peer's streaming link `p`, of which `read` bytes were just read.
+
+        A smaller window takes effect only as the peer uses what it was granted: Proton closes the
+        connection on a transfer beyond the window it last advertised, and the peer may have sent up to
+        that window before our next flow reaches it. So the capacity falls by at most the bytes read since
+        it was last set (each set is followed by a flow, and reads happen only in the stream's pumps, each
+        of which ends here); it rises at once."""
+        conn = p.conn
+        peer = conn.router
+        if peer is None:
+            return
+        data = self.links.get(peer.data_in)
+        target = self.capacity(conn, stream_window(peer, data.delivered if data is not None else 0, now,
+                                                   self.window, self.shared_window))
+        ssn = pn_link_session(p.handle)
+        now_cap = pn_session_get_incoming_capacity(ssn)
+        new_cap = target if target >= now_cap else max(target, now_cap - read)
+        if new_cap != now_cap:
+            pn_session_set_incoming_capacity(ssn, new_cap)
+            self.dirty.add(conn)
+
+
+def stream_window(peer: object, data_delivered: int, now: float, window: int, shared: int) -> int:
+    """The window for a stream from `peer` (a RouterPeer) whose data-in link has delivered `data_delivered`
+    messages so far: `shared` while that count moved in the last SHARED_FOR seconds, else `window`."""
+    if data_delivered != peer.data_seen:
+        peer.data_seen = data_delivered
+        peer.data_at = now
+    return shared if now - peer.data_at < SHARED_FOR else window

@@ -247,7 +247,16 @@ class Streams:
 
     # ---- moving the bytes -------------------------------------------------------------------------------
     def pump(self, s: Stream) -> None:
-        """Move what has arrived of a streamed message on to its consumers, as far as they can take."""
+        """Move what has arrived of a streamed message on to its consumers, as far as they can take; from
+        a peer's streaming link, then size that link's session window (StreamLinks.size_window)."""
+        if not s.producer.streaming:
+            self._pump(s)
+            return
+        before = s.size
+        self._pump(s)
+        self.engine.mesh_links.streams.size_window(s.producer, s.size - before, self.core.now)
+
+    def _pump(self, s: Stream) -> None:
         d, link = s.in_dlv, s.in_link
         deliveries = self.deliveries
         budget = self.core.ledger.budget

@@ -27,6 +27,9 @@ from router.defaults import (
     MEMORY_LIMIT_MIN,
     RA_INTERVAL,
     RA_INTERVAL_FLUX,
+    STREAM_WINDOW,
+    STREAM_WINDOW_MIN,
+    STREAM_WINDOW_SHARED,
 )
 
 DISTRIBUTIONS = ("closest", "balanced", "multicast")
@@ -324,6 +327,14 @@ class NodeConfig:
         _timer, "seconds after which the node forgets what it remembered per routing key and no longer "
                 "uses (annotations sections, anonymous-relay `to` keys: a reply address of a client that "
                 "left); one kept in use stays", 60.0, group="node")
+    stream_window: int = declare(
+        c.int_in(STREAM_WINDOW_MIN, 2**31 - 1),
+        "bytes of a streamed message a peer node may have in flight to this node while the peer's data link "
+        "is quiet (the rate of a stream is at most this per round trip)", STREAM_WINDOW, group="node")
+    stream_window_shared: int = declare(
+        c.int_in(STREAM_WINDOW_MIN, 2**31 - 1),
+        "the same while other messages cross from that peer too (they wait behind what is in flight of "
+        "the stream); raise both for meshes over long round trips", STREAM_WINDOW_SHARED, group="node")
     connectors: tuple[ConnectorConfig, ...] = declare(
         c.list_of(section(ConnectorConfig), "connectors"), "peer nodes this node dials and keeps connected "
                                                            "(retry 0.02 s doubling to 5 s)", ())

@@ -105,6 +105,8 @@ class NodeServer:
         self.core.tick(time.monotonic())
         self.engine = Engine(self.core, config.node_id, config.idle_timeout)
         self.engine.budget = MemoryBudget(config.memory_limit or default_limit(physical_memory()))
+        streams = self.engine.mesh_links.streams
+        streams.window, streams.shared_window = config.stream_window, config.stream_window_shared
         self.mesh = MeshControl(config.node_id, config.router_timers, self.engine.mesh_links.send_control,
                                 close=self._close_impostor)
         self.connectors = [Connector(cc, loop, self._connector_connected)

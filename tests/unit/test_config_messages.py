@@ -39,7 +39,7 @@ UNKNOWN = [
      "node, listeners, addresses, connectors, router, uplinks, telemetry, brokers, metrics, policy"),
     (config(node=bogus(NODE)), "node.bogus",
      "id, link_capacity, idle_timeout, memory_limit, log_level, log_levels, heavy_read, read_budget, "
-     "forget_after"),
+     "forget_after, stream_window, stream_window_shared"),
     (config(listeners=[LISTENER, bogus({"host": "h", "port": 0})]), "listeners[1].bogus",
      "host, port, role, cost, tls, sasl, max_connections, backlog, max_frame_size, max_message_size, "
      "max_sessions, max_links, idle_timeout, handshake_timeout, policy_vhost, websocket, websocket_path, "
@@ -208,7 +208,7 @@ MESSAGES = [
      "metrics.port: wrong type: expected integer, got string 'x'"),
     (config(node={"id": "a/b", "colour": 1}, listeners=5),
      "node.colour: unknown key 'colour' (allowed: id, link_capacity, idle_timeout, memory_limit, log_level, "
-     "log_levels, heavy_read, read_budget, forget_after)"),
+     "log_levels, heavy_read, read_budget, forget_after, stream_window, stream_window_shared)"),
     (config(node={"id": "a/b"}, listeners=5),
      "node.id: invalid node id 'a/b': use only letters, digits, '_', '.' and '-'"),
 ]
