@@ -53,12 +53,12 @@ MAX_STREAM_LINKS = 16                  # per peer and direction
 # and a small message sent beside a stream waits behind what is in flight of it. So the window is
 # `node.stream_window` while the peer's data link is quiet and `node.stream_window_shared` while it carries
 # messages (one arrived in the last SHARED_FOR seconds). RPC calls C -> B beside 100 MB streams C -> B
-# (benchmarks/large_bench.py hol, 3 rounds a run, one window, 2-core machine): p99 13 ms (median of 6 runs)
-# with 256 KiB throughout, 10.2-10.8 ms with 128 KiB while shared, 7.5-11.1 ms (median 8.8) with 64 KiB,
-# 6.0-7.1 ms with 32 KiB; the streams took 7.5 s with 256 KiB, 8 s with 32 KiB while shared; with the streams
-# on another pair of nodes (A -> D), 4.3 ms. A window is also the most a stream moves per round trip:
-# window / RTT bounds its rate, so meshes over long round trips want both larger (docs/CONFIGURATION.md).
-# 16 links x the window also bounds what a peer's paused streams can hold in a node.
+# (benchmarks/large_bench.py hol, 2-core machine, runs of 3 rounds alternated in one window): p99 8.3 and
+# 11.1 ms with 256 KiB throughout, 5.6 and 6.0 ms with 32 KiB while shared (7.1-7.3 ms with 64 KiB), 3.3 ms
+# with the streams on another pair of nodes (A -> D); the streams took 5.1-7.2 s against 6.8-8.5 s while the
+# calls ran beside them. A window is also the most a stream moves per round trip: window / RTT bounds its
+# rate, so meshes over long round trips want both larger (docs/CONFIGURATION.md). 16 links x the window
+# also bounds what a peer's paused streams can hold in a node.
 SHARED_FOR = 0.5        # seconds after the last message on the peer's data link
 # A multi-frame message on a peer's data link is read whole, once complete, up to this size (half the
 # data link's session window, so that it always can complete)
