@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -54,9 +55,11 @@ RESULTS = REPO / "benchmarks" / "results"
 TOPOLOGY = REPO / "topologies" / "four-node.yaml"
 ECHO_C = "openstack.org/om/rpc/anycast/restart/echo-c"
 HELD = "balanced/restart/held"
+TURNS = REPO / "benchmarks" / "harness" / "turns.py"
 
 
-def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int) -> tuple[dict[str, NodeRun], dict]:
+def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int,
+                 turns_ms: float | None = None) -> tuple[dict[str, NodeRun], dict]:
     topo = yaml.safe_load(TOPOLOGY.read_text())
     names = list(topo["nodes"])
     edges = [(e["from"], e["to"], e["cost"]) for e in topo["edges"]]
@@ -78,7 +81,10 @@ def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int) -> tu
                              {"host": "127.0.0.1", "port": ir[n], "role": "inter-router", "cost": 1}],
                "connectors": [{"host": "127.0.0.1", "port": ir[t], "cost": c} for f, t, c in edges if f == n],
                "addresses": topo["addresses"]}
-        nodes[n] = NodeRun(n, cfg, run_dir)
+        launcher = None
+        if turns_ms is not None and n != "A":        # the survivors' loop callbacks, timed
+            launcher = [sys.executable, str(TURNS), str(run_dir / f"{n}-turns.json"), str(turns_ms), "--"]
+        nodes[n] = NodeRun(n, cfg, run_dir, launcher)
     return nodes, client
 
 
@@ -123,6 +129,9 @@ def main() -> int:
     p.add_argument("--canary-rate", type=float, default=50.0)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--label", default="")
+    p.add_argument("--turns", type=float, metavar="MS",
+                   help="time B's, C's and D's loop callbacks; report those of MS or more after the kill")
+    p.add_argument("--profile", metavar="DIR", help="py-spy B, C and D for 4 s from the kill (raw stacks)")
     args = p.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"args": vars(args), "load_before": os.getloadavg(),
@@ -131,7 +140,7 @@ def main() -> int:
     canaries: dict[str, CanaryProcess] = {}
     addresses = args.clients // args.processes * args.processes * args.links
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
-        nodes, client_port = mesh_configs(Path(tmp), args.backlog, 2 * args.clients)
+        nodes, client_port = mesh_configs(Path(tmp), args.backlog, 2 * args.clients, args.turns)
         url = {n: f"amqp://127.0.0.1:{port}" for n, port in client_port.items()}
         try:
             for node in nodes.values():
@@ -166,6 +175,12 @@ def main() -> int:
             polling = threading.Event()
             poller = threading.Thread(target=_poll, args=(nodes["C"], samples, polling), daemon=True)
             poller.start()
+            spies = [subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-r", "500",
+                                       "-d", "4", "-f", "raw", "-o", str(Path(args.profile) / f"{n}.txt"),
+                                       "-p", str(nodes[n].proc.pid)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     for n in ("B", "C", "D")] if args.profile else []
+            time.sleep(0.5 if spies else 0)
             t0 = nodes["A"].kill9()
             ready = nodes["A"].start()
             back = collect(storms, args.timeout)
@@ -179,6 +194,8 @@ def main() -> int:
                 if dropped is not None:
                     routed = next((t for t, n in list(samples) if t > dropped and n >= full), None)
             polling.set()
+            for spy in spies:
+                spy.wait(30)
             end = max(x for x in (all_up, routed, ready) if x is not None)
             for _ in range(100):
                 pump(0.01)
@@ -204,6 +221,8 @@ def main() -> int:
                 c.stop()
             for node in nodes.values():
                 node.stop()
+        if args.turns is not None and "restart" in out:
+            out["turns"] = long_turns(Path(tmp), t0, end + 1.0)
     out["load_after"] = os.getloadavg()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / f"{stamp}-restart{'-' + args.label if args.label else ''}.json"
@@ -226,8 +245,23 @@ def main() -> int:
     for k, c in r["canaries"].items():
         print(f"| canary {k} meanwhile p50 / p99 / max | {_f(c.get('p50_ms'))} / {_f(c.get('p99_ms'))} / "
               f"{_f(c.get('max_ms'))} ms ({c['calls']} calls, {c['errors']} errors) | p99 ≤ 20 ms |")
+    for n, rows in out.get("turns", {}).items():
+        print(f"| {n}'s callbacks of {args.turns:g} ms or more after the kill | {len(rows)}; longest: "
+              + ", ".join(f"{w:.0f} ms ({c:.0f} CPU) {name.rsplit('.', 1)[-1]} at +{s:.2f} s"
+                          for s, w, c, name in rows[:4]) + " | |")
     print(f"\n(details: {path.relative_to(REPO)})")
     return 0
+
+
+def long_turns(run_dir: Path, start: float, end: float) -> dict[str, list]:
+    """Each timed node's callbacks that began in [start, end]: (seconds after start, wall ms, CPU ms, name),
+    longest first."""
+    out = {}
+    for f in sorted(run_dir.glob("*-turns.json")):
+        rows = [(t - start, 1000 * w, 1000 * c, name) for t, w, c, name in json.loads(f.read_text())
+                if start <= t <= end]
+        out[f.name.split("-")[0]] = sorted(rows, key=lambda r: -r[1])
+    return out
 
 
 def _f(x: float | None) -> str:

@@ -51,8 +51,9 @@ MIB = 1024 * 1024
 class NodeRun:
     """A node process started from a config file (again after a kill, with the same file)."""
 
-    def __init__(self, node_id: str, cfg: dict, run_dir: Path) -> None:
+    def __init__(self, node_id: str, cfg: dict, run_dir: Path, launcher: list[str] | None = None) -> None:
         self.node_id = node_id
+        self.launcher = launcher or [sys.executable, "-m", "router"]   # or benchmarks/harness/turns.py's
         self.cfg_path = run_dir / f"{node_id}.yaml"
         self.cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         self.run_dir = run_dir
@@ -65,7 +66,7 @@ class NodeRun:
         out = self.run_dir / f"{self.node_id}-{self.starts}.stdout"
         self.starts += 1
         with open(out, "wb") as o, open(self.stderr, "ab") as e:
-            self.proc = subprocess.Popen([sys.executable, "-m", "router", "run", str(self.cfg_path)],
+            self.proc = subprocess.Popen([*self.launcher, "run", str(self.cfg_path)],
                                          stdout=o, stderr=e, stdin=subprocess.DEVNULL, cwd=REPO,
                                          start_new_session=True)
         deadline = time.monotonic() + timeout

@@ -71,6 +71,9 @@ DATA = "qd.router-data"
 COST_PROPERTY = "qd.inter-router-cost"
 CONTROL_CREDIT = 1000        # control messages are small and never wait for a consumer
 ROUTE_BATCH = 100            # changed mobile addresses given to the core per pump (about 0.4 ms)
+# addresses rescanned per bulk turn after the mesh's view changed (about 2 us each: ~2 ms; at 20,000
+# addresses a rescan in one callback held the node's other traffic for 30-50 ms of CPU, issue 33)
+RESCAN_BATCH = 1000
 # While an address flood is being applied (queued MAUs, changed addresses), bulk turns take at most this
 # share of the node's time: between turns the node sleeps or serves data, so on a shared machine it stays
 # quick to wake for traffic instead of competing for a core for the whole flood (issue 18, canary p99).
@@ -358,8 +361,8 @@ class RouterLinks:
     def route_backlog(self) -> bool:
         """Changed addresses or queued control messages wait for a later pump (see `bulk_due_in`)."""
         mesh = self.mesh
-        return bool(self._route_backlog) or (mesh is not None and (mesh.backlog or
-                                                                   bool(mesh.ls.address_updates_pending)))
+        return bool(self._route_backlog) or self.core.routes_pending or (
+            mesh is not None and (mesh.backlog or bool(mesh.ls.address_updates_pending)))
 
     def bulk_due_in(self) -> float:
         """Seconds until the next bulk turn may run (0: now)."""
@@ -394,7 +397,7 @@ class RouterLinks:
                     edge.local_address(key, present)
                 else:
                     mesh.local_address(key, present)
-        elif not (mesh.backlog or mesh.pending or self._route_backlog) and \
+        elif not (mesh.backlog or mesh.pending or self._route_backlog or self.core.routes_pending) and \
                 self._routes_synced == (mesh.ls.routes_epoch, self._links_epoch) and \
                 not mesh.ls.address_changes_pending() and not mesh.ls.address_updates_pending:
             return                      # nothing changed: most pumps
@@ -412,11 +415,14 @@ class RouterLinks:
         if epoch == self._routes_synced and changed is not None:
             backlog = self._route_backlog   # only mobile addresses changed: O(changed), not a rescan
             backlog |= changed
-            if backlog and bulk_turn:
+            rescan = self.core.routes_pending
+            if rescan and bulk_turn:        # the rest of the last view's rescan, a batch per turn
+                self.core.continue_routes(RESCAN_BATCH)
+            elif backlog and bulk_turn:
                 batch = [backlog.pop() for _ in range(min(ROUTE_BATCH, len(backlog)))]
                 self.core.update_remote_addresses(batch, ls.holders_of if edge is None else
                                                   edge.holders_of(ls))
-            if bulk_turn and (backlog or mesh.backlog or ls.address_updates_pending):   # more: pace the turns
+            if bulk_turn and (backlog or rescan or mesh.backlog or ls.address_updates_pending):   # more: pace
                 self._bulk.turn_done(start, time.perf_counter())
             return
         self._routes_synced = epoch
@@ -430,6 +436,9 @@ class RouterLinks:
                 nodes[node] = (cost, out)
         if edge is not None:
             edge.add_nodes(nodes)
-            self.core.set_routes(nodes, edge.holders(ls), ls.radius, lambda: edge.valid_origins(ls))
+            self.core.set_routes(nodes, edge.holders(ls), ls.radius, lambda: edge.valid_origins(ls),
+                                 RESCAN_BATCH)
         else:
-            self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins)
+            self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins, RESCAN_BATCH)
+        if self.core.routes_pending:
+            self._bulk.turn_done(start, time.perf_counter())

@@ -139,7 +139,7 @@ class StreamLinks:
         of which ends here); it rises at once."""
         conn = p.conn
         peer = conn.router
-        if peer is None:
+        if peer is None or not p.alive:         # (a freed link has no session to size)
             return
         data = self.links.get(peer.data_in)
         target = self.capacity(conn, stream_window(peer, data.delivered if data is not None else 0, now,

@@ -24,6 +24,35 @@ OSLO_PREFIX = "openstack.org/om/"     # oslo.messaging's AMQP 1.0 driver: its fa
 log = logging.getLogger(__name__)
 
 
+class RouteRescan:
+    """The keys to look at again after a new view of the mesh, in order: `first`, then the addresses the
+    table `had`, then the keys of `holders` (a live mapping) it had not (listed when their turn comes)."""
+
+    def __init__(self, first: list[str], had: Mapping[str, object], holders: Mapping[str, Iterable[str]]
+                 ) -> None:
+        self.keys = first + list(had)
+        self.at = 0
+        self.had: Mapping[str, object] | None = had     # None: the holders' keys are listed
+        self.holders = holders
+
+    @property
+    def done(self) -> bool:
+        return self.had is None and self.at >= len(self.keys)
+
+    def take(self, n: int) -> list[str]:
+        """The next `n` keys (fewer at the end)."""
+        if self.at >= len(self.keys) and self.had is not None:
+            had, self.had = self.had, None
+            self.keys, self.at = [k for k in self.holders if k not in had], 0
+        keys = self.keys[self.at:self.at + n]
+        self.at += len(keys)
+        return keys
+
+    def rest(self) -> list[str]:
+        """The keys listed and not yet taken."""
+        return self.keys[self.at:]
+
+
 class AddressTable:
     """Addresses by routing key, with their local links and remote destinations."""
 
@@ -58,6 +87,7 @@ class AddressTable:
         # for an address no one here has (`default_address`); on an interior, the edges attached to it
         self.default_node: str | None = None
         self.default_address: Address | None = None
+        self._rescan: RouteRescan | None = None     # the addresses left to look at after `set_routes`
         self.edge_nodes: set[str] = set()
 
     # ---- lookup ------------------------------------------------------------------------------------
@@ -185,14 +215,22 @@ class AddressTable:
 
     # ---- the mesh -----------------------------------------------------------------------------------------
     def set_routes(self, nodes: Mapping[str, tuple[int, Consumer]], holders: Mapping[str, Iterable[str]],
-                   radius: int, valid_origins: Callable[[], Mapping[str, frozenset[str]]]) -> None:
+                   radius: int, valid_origins: Callable[[], Mapping[str, frozenset[str]]],
+                   batch: int | None = None) -> None:
         """Take a new view of the mesh (after the control plane changed it).
 
         `nodes`: each reachable node -> (path cost, data-out link of the next hop toward it);
-        `holders`: each mobile address -> the other nodes that have consumers for it (reachable or not);
-        `valid_origins` computes, when multicast needs it, node -> origins whose shortest-path tree
-        reaches it through this node. Addresses gain or lose remote destinations; producers of an
-        address that becomes ready get credit, those of one left with no destination are drained.
+        `holders`: each mobile address -> the other nodes that have consumers for it (reachable or not;
+        a live view: read again as the rescan goes on); `valid_origins` computes, when multicast needs it,
+        node -> origins whose shortest-path tree reaches it through this node. Addresses gain or lose
+        remote destinations; producers of an address that becomes ready get credit, those of one left with
+        no destination are drained.
+
+        `batch`: rescan at most that many addresses now and leave the rest to `continue_routes` (None: all
+        now). Addresses with local producers go first; those left from an earlier view's rescan next.
+        Until its turn an address keeps its old destinations, which the forwarder treats as it treats a
+        route to a link that just died: it skips dead next hops (RELEASED), and a live old next hop still
+        routes the delivery on.
         """
         self.nodes = dict(nodes)
         self._link_entries.clear()      # they hold data-out links of the old view
@@ -213,20 +251,46 @@ class AddressTable:
             a = self.default_address = Address("_uplink/" + self.default_node, "closest")
             a.remote = [RemoteDest(self.default_node, cost, out)]
             a.ready = True
-        wanted: dict[str, list[str]] = {}
-        for key, where in holders.items():
-            reachable = [n for n in where if n in self.nodes]
-            if reachable:
-                wanted[key] = reachable
-        for key in wanted:
-            if key not in self.addresses:
-                self.addresses[key] = Address(key, self.rules.distribution(key))
-        for a in list(self.addresses.values()):
-            node = self._scoped_node(a.key)
-            if node is not None:
-                self._set_remote(a, self._scoped_nodes(node))
-            elif a.remote or a.key in wanted:
-                self._set_remote(a, wanted.get(a.key, []))
+        addresses = self.addresses
+        first = [k for k, a in addresses.items() if a.producers]
+        if self._rescan is not None:
+            first += self._rescan.rest()   # an earlier view's rescan, not finished: before the others
+        self._rescan = RouteRescan(first, addresses.copy(), holders)
+        self.continue_routes(1 << 62 if batch is None else batch)
+
+    @property
+    def routes_pending(self) -> bool:
+        """Addresses are left to rescan since the last `set_routes` (see `continue_routes`)."""
+        return self._rescan is not None
+
+    def continue_routes(self, batch: int) -> None:
+        """Rescan the next `batch` addresses of the last `set_routes` against its view."""
+        rescan = self._rescan
+        if rescan is None:
+            return
+        holders = rescan.holders
+        nodes = self.nodes
+        addresses = self.addresses
+        while batch > 0:
+            keys = rescan.take(batch)
+            if not keys:
+                break
+            batch -= len(keys)
+            for key in keys:
+                where = holders.get(key)
+                reachable = [n for n in where if n in nodes] if where else []
+                a = addresses.get(key)
+                if a is None:
+                    if not reachable:
+                        continue
+                    a = addresses[key] = Address(key, self.rules.distribution(key))
+                node = self._scoped_node(key)
+                if node is not None:
+                    self._set_remote(a, self._scoped_nodes(node))
+                elif a.remote or reachable:
+                    self._set_remote(a, reachable)
+        if rescan.done:
+            self._rescan = None
 
     def update_remote_addresses(self, keys: Iterable[str],
                                 holders_of: Callable[[str], Iterable[str]]) -> None:
