@@ -31,7 +31,7 @@ from router.amqp.message import decode_message, encode_message
 from router.management.access import EntityView
 from router.management.entities import NodeEntities
 from router.management.qdr import answer as qdr
-from router.management.qdr.rates import LinkRates
+from router.management.qdr.rates import LinkRates, settled
 from router.management.qdr.source import Source
 from router.management.requests import INTERNAL, TOO_LARGE, answer
 from router.management.writes import WRITE_OPERATIONS, ConfigWriter
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 ADDRESS = "$management"
 SAMPLE_INTERVAL = 1.0      # seconds between zero-credit samples of every link
+SAMPLE_SLICE = 2000        # links a sample visits per loop turn (about 1 ms)
 CREDIT = 64                # requests the agent takes at a time
 MAX_QUEUED_REPLIES = 1024  # answers waiting for credit beyond this are dropped (logged)
 MAX_REPLY_BYTES = 16 * 1024 * 1024   # a bigger encoded answer is replaced by a 413 (ask for pages)
@@ -73,16 +74,32 @@ class ManagementAgent:
         self._sampler = loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def _sample(self) -> None:
-        """Add the time since the last sample to the zero-credit time of every link without credit."""
+        """Start a sample of every link: the time since the last one goes to the zero-credit time of each
+        link without credit, and the settlement rates get a snapshot when one is due. `SAMPLE_SLICE` links
+        per loop turn (at 20,000 links one pass held the loop for 21-45 ms)."""
         now = time.monotonic()
         elapsed, self._last_sample = max(now - self._last_sample, 0.0), now
-        seen, self._seen = self._seen, set()
-        for rec in self.server.engine.links.values():
+        totals = {} if self.rates.due(now) else None
+        self._sweep(list(self.server.engine.links.values()), 0, elapsed, set(), now, totals)
+
+    def _sweep(self, links: list, at: int, elapsed: float, seen: set, now: float,
+               totals: dict | None) -> None:
+        """Links `at` to `at + SAMPLE_SLICE` of a sample begun at `now`; the next turn takes the rest."""
+        before = self._seen
+        end = at + SAMPLE_SLICE
+        for rec in links[at:end]:
             if rec.__class__ is not RouterLink:
-                self._seen.add(rec)
-                if rec.credit <= 0 and rec in seen:     # a link new since the last sample: from now on
+                seen.add(rec)
+                if rec.credit <= 0 and rec in before:   # a link new since the last sample: from now on
                     rec.zero_credit += elapsed
-        self.rates.sample(now, self._seen)
+                if totals is not None and getattr(rec, "outcomes", None) is not None:
+                    totals[rec] = settled(rec)
+        if end < len(links):
+            self._sampler = self.loop.call_soon(self._sweep, links, end, elapsed, seen, now, totals)
+            return
+        self._seen = seen
+        if totals is not None:
+            self.rates.take(now, totals)
         self._sampler = self.loop.call_later(SAMPLE_INTERVAL, self._sample)
 
     def on_request(self, d: object, data: bytes, level: int = REDACTED) -> None:

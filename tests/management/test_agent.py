@@ -243,3 +243,44 @@ def test_mesh_counters_and_router_nodes_read_through_one_connection(chain):
     t = m.anon.send({}, address="_topo/0/Z/$management", reply_to=m.reply_to,
                     properties={"operation": "QUERY", "type": "node"})
     assert t.wait().outcome == "RELEASED"
+
+
+def test_zero_credit_seconds_reach_every_link_of_a_sample_taken_in_slices(node_factory):
+    """The agent's 1 s sample visits `SAMPLE_SLICE` (2,000) links per loop turn: with 2,500 receivers that
+    never grant credit, the last one attached is still sampled."""
+    import socket
+
+    from router.management.agent import SAMPLE_SLICE
+    from tests.support.storm import ATTACH, handshake, performatives
+
+    n = node_factory("A")
+    per, socks = 500, []                # under the listener's max_links per connection
+    count = SAMPLE_SLICE + per
+    for c in range(count // per):
+        sock = socket.create_connection((n.host, n.port))
+        sock.sendall(handshake(f"zc{c}", [f"balanced/zc/{c}/{i}" for i in range(per)]))
+        sock.settimeout(1.0)
+        socks.append(sock)
+    attached, deadline = 0, time.monotonic() + 30
+    for sock in socks:
+        buf, mine, header = bytearray(), 0, False
+        while mine < per and time.monotonic() < deadline:
+            try:
+                buf += sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not header and len(buf) >= 8:
+                del buf[:8]                     # the protocol header
+                header = True
+            if header:
+                mine += performatives(buf).count(ATTACH)
+        attached += mine
+    assert attached == count
+    pump_for(2.6)
+    m = Requester(Client(n.url))
+    links = {r["owningAddr"]: r for r in m.query("link")
+             if (r["owningAddr"] or "").startswith("balanced/zc/")}
+    assert len(links) == count
+    assert all(r["zeroCreditSeconds"] >= 1 for r in links.values())
+    for sock in socks:
+        sock.close()

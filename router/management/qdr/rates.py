@@ -30,10 +30,17 @@ class LinkRates:
 
     def sample(self, now: float, links: Any) -> None:
         """Take a snapshot of `links` if the latest is `DEPTH` seconds old (or there is none)."""
-        if self._new is not None and now - self._new[0] < DEPTH:
-            return
+        if self.due(now):
+            self.take(now, {rec: settled(rec) for rec in links if getattr(rec, "outcomes", None) is not None})
+
+    def due(self, now: float) -> bool:
+        """The latest snapshot is `DEPTH` seconds old (or there is none)."""
+        return self._new is None or now - self._new[0] >= DEPTH
+
+    def take(self, now: float, totals: dict[Any, int]) -> None:
+        """`totals` (link -> `settled(link)`, as of `now`) becomes the latest snapshot."""
         self._old = self._new
-        self._new = (now, {rec: settled(rec) for rec in links if getattr(rec, "outcomes", None) is not None})
+        self._new = (now, totals)
 
     def rate(self, rec: Any) -> int:
         """Settlements per second of `rec` since the snapshot before the latest one (0: it was not in it)."""
