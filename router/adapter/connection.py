@@ -109,7 +109,7 @@ class Connection:
                  "ident", "opened", "internal", "kind",
                  "ssl", "listener", "max_message_size", "max_links", "access", "policy_vhost",
                  "refused_links", "bind_edge_id", "framed", "heavy", "out_pending", "read_size", "last_read",
-                 "bytes_in")
+                 "read_cpu", "bytes_in")
 
     def __init__(self, sock: socket.socket, peer: str, node_id: str, idle_timeout: float,
                  collector: object, role: str = "normal", echo_detector: object = None,
@@ -119,6 +119,7 @@ class Connection:
         self.heavy = False      # its last input took long to handle (the node's read budget: server.py)
         self.read_size = IO_CHUNK   # the most one read takes (router.forwarding.readpacing paces clients)
         self.last_read = 0          # bytes the last read took
+        self.read_cpu = 0.0         # CPU seconds its last read and pump took (0: too little to measure)
         self.peer = peer
         self.role = role
         self.client = client           # we connected out (a connector), so we open and attach first

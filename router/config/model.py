@@ -321,7 +321,7 @@ class NodeConfig:
                 "(its reads then take turns with the other heavy ones)", 0.001, group="node")
     read_budget: float = declare(
         _timer, "CPU seconds per event-loop turn for reads of heavy client connections; the others wait for "
-                "the next turn (peers and light connections are always read at once)", 0.005,
+                "the next turn (peers and light connections are always read at once)", 0.002,
         group="node")
     forget_after: float = declare(
         _timer, "seconds after which the node forgets what it remembered per routing key and no longer "

@@ -34,6 +34,7 @@ from router.config import ConfigError, ConnectorConfig, ListenerConfig, NodeConf
 from router.forwarding.budget import MemoryBudget, default_limit
 from router.forwarding.core import RouterCore
 from router.forwarding.readpacing import START_READ, next_read_size
+from router.forwarding.readturns import ReadTurns
 from router.logs import LogEvery
 from router.node.collector import TICK as GC_TICK
 from router.node.collector import GcPacer
@@ -61,11 +62,10 @@ FD_LOG_INTERVAL = 10.0          # seconds between a listener's lines about conne
 ACCEPT_BATCH = 4096
 ADMIT_BATCH = 64
 FD_RESERVE = 64     # file descriptors the node needs beside its connections (logs, peers, management)
-# Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: a client connection whose
-# last read took more than `node.heavy_read` of CPU time to handle is heavy; per loop iteration, once
-# `node.read_budget` seconds went to heavy reads, the other heavy connections wait for the next iteration
-# (read first then). Light connections and peers are always read at once, and cost the budget nothing (nor
-# any bookkeeping).
+# Bulk input (an attach storm, a flood of transfers) must not hold up everyone else: per loop iteration, once
+# client reads took `node.read_budget` of CPU time while some were heavy (over `node.heavy_read`), heavy and
+# not-cheap connections wait for the next pass (router.forwarding.readturns). Cheap client reads and peers
+# are always read at once.
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +137,11 @@ class NodeServer:
         self.urls: list[tuple[str, str]] = []
         self._pump_scheduled = False
         self._bulk_handle: asyncio.TimerHandle | None = None   # the next bulk turn (address floods)
-        self._spent = 0.0                           # seconds of heavy reads handled in this loop iteration
         self.heavy_read = config.heavy_read         # a client read taking more CPU than this: heavy
         self.forget_after = config.forget_after     # memos by routing key unused this long go (`_tick`)
         self._forget_at = time.monotonic() + self.forget_after
-        self.read_budget = config.read_budget       # CPU seconds of heavy reads per loop iteration
-        self._deferred: deque[Connection] = deque()  # heavy connections waiting for the next iteration
-        self._new_pass_scheduled = False
+        # which client reads wait for the next pass (node.read_budget CPU seconds per loop iteration)
+        self.read_turns = ReadTurns(config.heavy_read, config.read_budget, self._schedule_pass)
         self.reads_deferred = 0                     # reads put off by the budget (management: readsDeferred)
         self._watchers: dict[str, list[Callable[[], None]]] = {}   # routing key -> watch_address callbacks
         self._tick_handle: asyncio.TimerHandle | None = None
@@ -509,9 +507,9 @@ class NodeServer:
     def _readable(self, conn: Connection) -> None:
         if not conn.alive:
             return
-        if conn.heavy and self._spent >= self.read_budget:     # only client connections are ever heavy
-            self.loop.remove_reader(conn.sock.fileno())    # read again first thing next iteration
-            self._deferred.append(conn)
+        turns = self.read_turns
+        if turns.defer(conn):                   # read again in the next pass (router.forwarding.readturns)
+            self.loop.remove_reader(conn.sock.fileno())
             self.reads_deferred += 1
             return
         now = time.monotonic()
@@ -534,33 +532,26 @@ class NodeServer:
         # time the process waited for a core (that made an RPC server's connection "heavy")
         if peer is not None:
             return
-        if self._took > self.heavy_read and (cpu := time.thread_time() - cpu) > self.heavy_read:
-            self._heavy_read(conn, cpu)
+        cpu = time.thread_time() - cpu if turns.measure(self._took) else 0.0
+        if turns.read(conn, cpu):
             conn.read_size = next_read_size(conn.read_size, conn.last_read, cpu, self.heavy_read, IO_CHUNK)
-        else:
-            if conn.heavy:
-                conn.heavy = False
-            if conn.last_read >= conn.read_size < IO_CHUNK:     # a cheap full read: the next one larger
-                conn.read_size = next_read_size(conn.read_size, conn.last_read, 0.0, self.heavy_read,
-                                                IO_CHUNK)
+        elif conn.last_read >= conn.read_size < IO_CHUNK:     # a cheap full read: the next one larger
+            conn.read_size = next_read_size(conn.read_size, conn.last_read, 0.0, self.heavy_read, IO_CHUNK)
 
-    def _heavy_read(self, conn: Connection, took: float) -> None:
-        conn.heavy = True
-        self._spent += took
-        if not self._new_pass_scheduled:
-            self._new_pass_scheduled = True
-            self.loop.call_soon(self._new_pass)         # runs before the next iteration's reads
+    def _schedule_pass(self) -> None:
+        """The read turns' next pass: a timer, so that it runs after the next iteration's fresh input
+        (asyncio runs due timers after the I/O callbacks)."""
+        self.loop.call_later(0, self._new_pass)
 
     def _new_pass(self) -> None:
-        """A new loop iteration: the read budget starts again, deferred connections are read first."""
-        self._new_pass_scheduled = False
-        self._spent = 0.0
-        deferred = self._deferred
-        while deferred and self._spent < self.read_budget:
-            conn = deferred.popleft()
+        """A pass of the read turns: deferred connections are read, in order, while the budget lasts."""
+        turns = self.read_turns
+        turns.start_pass()
+        while (conn := turns.next_deferred()) is not None:
             if conn.alive:
                 self.loop.add_reader(conn.sock.fileno(), self._readable, conn)
                 self._readable(conn)
+        turns.end_pass()
 
     def _writable(self, conn: Connection) -> None:
         if conn.alive:
