@@ -188,8 +188,9 @@ class Connection:
     def __repr__(self) -> str:   # log lines name a connection (e.g. the link a bad control message came on)
         return f"<{self.role} connection {self.peer}>"
 
-    def read(self) -> list | None:
-        """Read what the socket has into the transport. Returns echo requests seen, if any."""
+    def read(self, limit: int | None = None) -> list | None:
+        """Read what the socket has (at most `read_size` bytes, or `limit`) into the transport. Returns echo
+        requests seen, if any."""
         t = self.pn_transport
         if self.input_closed:
             return None
@@ -198,7 +199,7 @@ class Connection:
             self.input_closed = cap < 0
             return None
         try:
-            n = self.sock.recv_into(_rbuf, min(cap, self.read_size))
+            n = self.sock.recv_into(_rbuf, min(cap, self.read_size if limit is None else limit))
         except (BlockingIOError, InterruptedError):
             return None
         except OSError:

@@ -11,7 +11,7 @@ runs when asked (``schedule``) after the next iteration's fresh input:
   ``heavy_read`` each, router.forwarding.readpacing, would otherwise be light every other time);
 * while pacing, every client read counts in the budget, and once it is spent, heavy connections and those
   whose last read was not *cheap* (``heavy_read / 4``, more than an RPC call's) wait for the pass;
-  cheap ones and peers are always read at once;
+  cheap ones and peers are always read at once, the cheap ones at most `PROBE_READ` bytes at a time;
 * a pass reads the deferred connections in order while the budget lasts and asks for another pass if
   some are left; pacing ends with a pass that leaves none.
 """
@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+PROBE_READ = 4 * 1024       # bytes a read of a not yet costly client takes once the budget is spent
 
 
 class ReadTurns:
@@ -44,6 +46,13 @@ class ReadTurns:
             self._want_pass()
             return True
         return False
+
+    def read_limit(self) -> int | None:
+        """The most a client read that was not deferred may take now (None: its usual size). Once the budget
+        is spent while pacing, `PROBE_READ`: a connection whose input turns out costly (an attach storm's
+        first read, its cost unknown until read) costs little before it is known; an RPC call's message
+        usually fits."""
+        return PROBE_READ if self.pacing and self.spent >= self.budget else None
 
     def measure(self, took: float) -> bool:
         """Whether the read just handled, whose read and pump took `took` seconds of wall time, needs its CPU

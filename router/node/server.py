@@ -515,7 +515,7 @@ class NodeServer:
         now = time.monotonic()
         peer = conn.router
         cpu = time.thread_time() if peer is None else 0.0      # peers are never heavy: no clock for them
-        echo = conn.read()
+        echo = conn.read(None if peer is not None else turns.read_limit())
         if peer is not None and now >= peer.heard_due:     # a peer sending anything is alive (HELLO or not)
             peer.heard_due = now + HEARD_EVERY
             if conn.role == "inter-router":

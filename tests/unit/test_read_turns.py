@@ -96,3 +96,16 @@ def test_measuring_is_skipped_only_for_cheap_pumps_outside_pacing():
     assert t.measure(0.3 * MS)
     read(t, Conn("h"), 1.5)
     assert t.measure(0.01 * MS)
+
+
+def test_once_the_budget_is_spent_reads_not_deferred_take_a_probe_size():
+    from router.forwarding.readturns import PROBE_READ
+
+    t, _ = turns()
+    assert t.read_limit() is None
+    read(t, Conn("storm"), 1.5)
+    assert t.read_limit() is None           # pacing, but budget left
+    read(t, Conn("storm2"), 1.5)
+    assert t.read_limit() == PROBE_READ     # a first read of unknown cost takes little
+    t.start_pass()
+    assert t.read_limit() is None
