@@ -199,7 +199,8 @@ class Connection:
             self.input_closed = cap < 0
             return None
         try:
-            n = self.sock.recv_into(_rbuf, min(cap, self.read_size if limit is None else limit))
+            size = self.read_size if limit is None else min(limit, self.read_size)
+            n = self.sock.recv_into(_rbuf, min(cap, size))
         except (BlockingIOError, InterruptedError):
             return None
         except OSError:
