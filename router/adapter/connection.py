@@ -66,6 +66,7 @@ from cproton_ffi.lib import (
 
 from router import PRODUCT, __version__
 from router.adapter.builtin_sasl import use_builtin as use_builtin_sasl
+from router.adapter.pnbuffers import BUSY_BUFFER, grow_input, grow_output
 from router.adapter.streamlinks import STREAMING_LINKS
 from router.defaults import MAX_FRAME_SIZE
 
@@ -211,6 +212,8 @@ class Connection:
             self.input_closed = True
             return None
         self.bytes_in += n
+        if n == cap < BUSY_BUFFER:        # the read filled Proton's buffer: a busy connection's is larger
+            grow_input(t)
         if pn_transport_push(t, _rbuf_c, n) < 0 or pn_transport_capacity(t) < 0:
             self.input_closed = True      # Proton stopped reading (e.g. an undecodable frame)
         if self.echo is not None:
@@ -222,6 +225,8 @@ class Connection:
         """Write what the transport has: FLUSHED, BLOCKED (socket full) or DONE (output closed)."""
         t, sock = self.pn_transport, self.sock
         p = pn_transport_pending(t)
+        if 0 < p < BUSY_BUFFER and not p & (p - 1):    # maybe a full output buffer: let it grow
+            p = grow_output(t, p)
         while p > 0:
             k = pn_transport_peek(t, _wbuf_c, min(p, IO_CHUNK))
             if k <= 0:
@@ -239,6 +244,8 @@ class Connection:
                 self.out_pending = p - s
                 return BLOCKED
             p = pn_transport_pending(t)
+            if 0 < p < BUSY_BUFFER and not p & (p - 1):
+                p = grow_output(t, p)
         self.out_pending = 0
         if p < 0:
             if self.input_closed:           # all said (our Close) and nothing more to read: tear it down

@@ -103,12 +103,13 @@ from cproton_ffi.lib import (
     pn_transport_capacity,
     pn_transport_close_tail,
     pn_transport_peek,
-    pn_transport_pending,
     pn_transport_pop,
     pn_transport_push,
     pn_transport_tick,
     pn_transport_unbind,
 )
+
+from router.adapter.pnbuffers import BUSY_BUFFER, grow_input, pending
 
 log = logging.getLogger(__name__)
 
@@ -411,6 +412,8 @@ class NodeConnection:
                 pn_transport_close_tail(t)
                 self._lost("the node closed the connection")
                 return
+            if n == cap < BUSY_BUFFER:    # the read filled Proton's buffer: a busy connection's is larger
+                grow_input(t)
             pn_transport_push(t, self._rbuf_c, n)
             if n < want:
                 break
@@ -424,7 +427,7 @@ class NodeConnection:
         if self.closed:
             return
         t = self.transport
-        p = pn_transport_pending(t)
+        p = pending(t)
         while p > 0:
             k = pn_transport_peek(t, self._wbuf_c, min(p, IO_CHUNK))
             if k <= 0:
@@ -443,7 +446,7 @@ class NodeConnection:
                     self._writing = True
                     self.loop.add_writer(self.fd, self._flush)
                 return
-            p = pn_transport_pending(t)
+            p = pending(t)
         if self._writing:
             self._writing = False
             self.loop.remove_writer(self.fd)

@@ -320,9 +320,10 @@ class NodeConfig:
         _timer, "CPU seconds a read of a client connection may take before the connection counts as heavy "
                 "(its reads then take turns with the other heavy ones)", 0.001, group="node")
     read_budget: float = declare(
-        _timer, "CPU seconds per event-loop turn for reads of heavy client connections; the others wait for "
-                "the next turn (peers and light connections are always read at once)", 0.002,
-        group="node")
+        _timer, "CPU seconds per event-loop turn for client reads while some client is heavy: once spent, "
+                "heavy connections and those whose last read was not cheap (over a quarter of heavy_read) "
+                "wait for the next turn (peers are read at once, cheap connections too at most 4 KiB a read)",
+        0.002, group="node")
     forget_after: float = declare(
         _timer, "seconds after which the node forgets what it remembered per routing key and no longer "
                 "uses (annotations sections, anonymous-relay `to` keys: a reply address of a client that "

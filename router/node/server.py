@@ -508,12 +508,13 @@ class NodeServer:
         if not conn.alive:
             return
         turns = self.read_turns
-        if turns.defer(conn):                   # read again in the next pass (router.forwarding.readturns)
+        peer = conn.router
+        # a client's read may wait for the next pass (router.forwarding.readturns); a peer's never does
+        if peer is None and turns.defer(conn):
             self.loop.remove_reader(conn.sock.fileno())
             self.reads_deferred += 1
             return
         now = time.monotonic()
-        peer = conn.router
         cpu = time.thread_time() if peer is None else 0.0      # peers are never heavy: no clock for them
         echo = conn.read(None if peer is not None else turns.read_limit())
         if peer is not None and now >= peer.heard_due:     # a peer sending anything is alive (HELLO or not)

@@ -117,12 +117,13 @@ from cproton_ffi.lib import (
     pn_transport_close_tail,
     pn_transport_condition,
     pn_transport_peek,
-    pn_transport_pending,
     pn_transport_pop,
     pn_transport_push,
     pn_transport_tick,
     pn_transport_unbind,
 )
+
+from router.adapter.pnbuffers import BUSY_BUFFER, grow_input, pending
 
 from .loop import EventLoop, Timer
 
@@ -417,6 +418,8 @@ class Wire:
             self._unwatch_read()
             self.dirty = True
         else:
+            if n == cap < BUSY_BUFFER:    # the read filled Proton's buffer: a busy connection's is larger
+                grow_input(t)
             pn_transport_push(t, self._rbuf_c, n)
 
     def _unwatch_read(self) -> None:
@@ -429,7 +432,7 @@ class Wire:
 
     def _flush(self) -> None:
         t, sock = self._transport, self.sock
-        p = pn_transport_pending(t)
+        p = pending(t)
         blocked = False
         while p > 0:
             k = pn_transport_peek(t, self._wbuf_c, min(p, IO_CHUNK))
@@ -449,7 +452,7 @@ class Wire:
             if s < k:
                 blocked = True
                 break
-            p = pn_transport_pending(t)
+            p = pending(t)
         if p < 0 and not blocked:
             pn_transport_close_head(t)
         if blocked != self.want_write:

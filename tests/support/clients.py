@@ -35,6 +35,7 @@ from proton import (
     symbol,
 )
 
+from router.adapter.pnbuffers import BUSY_BUFFER, grow_input, grow_output
 from tests.support.ports import inter_router_port
 from tests.support.waiting import DEFAULT_TIMEOUT, add_client, wait_for
 
@@ -533,6 +534,8 @@ class Client:
                 pass
             return False
         self.bytes_in += len(data)
+        if len(data) == cap < BUSY_BUFFER:    # as the node does: a busy connection's buffer is larger
+            grow_input(self.transport._impl)
         if self.recv_budget is not None:
             self.recv_budget -= len(data)
         try:
@@ -553,6 +556,8 @@ class Client:
             except TransportException as e:
                 self.error = str(e)
                 p = -1
+            if 0 < p < BUSY_BUFFER and not p & (p - 1):   # maybe a full output buffer: let it grow
+                p = grow_output(t._impl, p)
             if p <= 0:
                 self._want_write = False
                 return

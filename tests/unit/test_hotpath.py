@@ -56,8 +56,9 @@ class Pair:
             for src, dst in ((0, 1), (1, 0)):
                 t_out, t_in = self.transports[src], self.transports[dst]
                 n = lib.pn_transport_pending(t_out)
-                if n > 0:
-                    n = min(n, 65536)
+                room = lib.pn_transport_capacity(t_in)     # 1 KiB at first (scripts/build_proton.py)
+                if n > 0 and room > 0:
+                    n = min(n, 65536, room)
                     lib.pn_transport_peek(t_out, io, n)
                     lib.pn_transport_pop(t_out, n)
                     lib.pn_transport_push(t_in, io, n)
