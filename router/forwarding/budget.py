@@ -22,7 +22,8 @@ The rules, with ``limit`` the budget in bytes:
 * the node's own in-process clients (management's agent, the broker gateways) are never held (`exempt`).
 * credit is sized in bytes too: a producer may hold at most its share of half the ``limit`` (divided by
   the number of producer links), in deliveries of its connection's mean size (the adapter's estimate,
-  `size_of`), and an eighth of that from half the ``limit`` on. Credit already given cannot be taken
+  `size_of`; a frame, 16 KiB, while it is not known), and an eighth of that from half the ``limit`` on.
+  Credit already given cannot be taken
   back, so this bounds what the producers can add before a hold takes effect: half the limit in all.
 
 Streamed messages count as they wait: a paused one's bytes are in its producer's session (incoming, up
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from router.defaults import MEMORY_LIMIT_MIN
+from router.defaults import MAX_FRAME_SIZE, MEMORY_LIMIT_MIN
 from router.forwarding.records import Address, Consumer, Producer
 
 MIN_LIMIT = MEMORY_LIMIT_MIN        # the smallest budget a node accepts (`node.memory_limit`)
@@ -48,6 +49,9 @@ DEFAULT_FLOOR = 256 * 1024 * 1024   # ... at least 256 MiB ...
 DEFAULT_CAP = 2 * 1024 * 1024 * 1024   # ... and at most 2 GiB
 MIN_CONN_HIGH = 64 * 1024
 BUSY = 32 * 1024                    # a consumer connection holding more is not draining at once
+# the size credit assumes per delivery while a connection has sent none: a frame (a new connection's
+# producers would otherwise take the whole link capacity, 250 deliveries each, whatever their size)
+UNKNOWN_SIZE = MAX_FRAME_SIZE
 
 
 def default_limit(physical: int | None) -> int:
@@ -137,8 +141,8 @@ class MemoryBudget:
         size = self._sizes.get(conn)
         if size is None:
             size = self._sizes[conn] = self.size_of(conn)
-        if size <= 0:
-            return capacity
+        if size <= 0:           # nothing seen from its connection yet: a frame each, until it is known
+            size = UNKNOWN_SIZE
         return max(1, min(capacity, share // size))
 
     def stream_high_water(self, default: int) -> int:

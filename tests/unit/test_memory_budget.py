@@ -19,6 +19,7 @@ def make_core(limit=64 * MiB, capacity=64):
     rules = AddressRules([("mc", "multicast")], default="balanced")
     core = RouterCore("A", rules, capacity, rng=random.Random(1))
     budget = core.ledger.budget = MemoryBudget(limit)
+    budget.size_of = lambda conn: 1024               # the adapter's estimate: RPC-sized deliveries
     return core, budget
 
 
@@ -231,3 +232,15 @@ def test_anycast_with_every_consumer_slow_resumes_when_any_of_them_drains():
     assert grants(core) == {}
     budget.report("slow1", 0)                        # the other one may stay stuck for ever
     assert grants(core) == {"p": 64}
+
+
+def test_a_connection_that_sent_nothing_yet_gets_a_frame_per_credit():
+    # 200 producers that just attached (their connection's delivery size is not known yet) share half of
+    # 16 MiB: 40 KiB each, 2 deliveries of a frame (16 KiB), not the 250 of the link: 250 x 4 KiB each
+    # would have been 200 MB buffered at slow consumers, whatever the budget
+    core, budget = make_core(limit=16 * MiB, capacity=250)
+    budget.size_of = lambda conn: 0
+    for i in range(200):
+        core.add_producer(f"p{i}", "producers", f"q{i}")
+        core.consumer_credit(core.add_consumer(f"c{i}", "consumers", f"q{i}"), 1000)
+    assert set(grants(core).values()) == {2}
