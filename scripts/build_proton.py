@@ -54,7 +54,7 @@ def main() -> int:
     version = pinned_version()
     pip = [sys.executable, "-m", "pip"]
     with tempfile.TemporaryDirectory(prefix="build-proton-") as tmp:
-        subprocess.run(pip + ["download", "-q", "--no-deps", "--no-binary", ":all:", "-d", tmp,
+        subprocess.run(pip + ["download", "-q", "--no-deps", "--no-binary", "python-qpid-proton", "-d", tmp,
                               f"python-qpid-proton=={version}"], check=True)
         (sdist,) = Path(tmp).glob("python*qpid*proton-*.tar.gz")
         with tarfile.open(sdist) as tar:
