@@ -71,9 +71,12 @@ DATA = "qd.router-data"
 COST_PROPERTY = "qd.inter-router-cost"
 CONTROL_CREDIT = 1000        # control messages are small and never wait for a consumer
 ROUTE_BATCH = 100            # changed mobile addresses given to the core per pump (about 0.4 ms)
-# addresses rescanned per bulk turn after the mesh's view changed (about 2 us each: ~2 ms; at 20,000
-# addresses a rescan in one callback held the node's other traffic for 30-50 ms of CPU, issue 33)
-RESCAN_BATCH = 1000
+# One bulk turn (queued MAUs decoded, addresses indexed, the table rescanned after the mesh's view changed)
+# works for about this long, then yields the loop: at 20,000 addresses a rescan in one callback held the
+# node's other traffic for 30-50 ms of CPU, and turns of 1,000 addresses after a decode step still took
+# 7-10 ms, which a node sharing its cores stretched to 40-60 ms of wall time (issue 33, point 3).
+BULK_TURN = 0.002
+RESCAN_STEP = 100            # addresses rescanned between two looks at the clock (2-5 us each)
 # While an address flood is being applied (queued MAUs, changed addresses), bulk turns take at most this
 # share of the node's time: between turns the node sleeps or serves data, so on a shared machine it stays
 # quick to wake for traffic instead of competing for a core for the whole flood (issue 18, canary p99).
@@ -357,6 +360,15 @@ class RouterLinks:
             self.mesh.on_control(rl.conn, ffi.buffer(buf, n)[:])
 
     # ---- the mesh's view, given to the core ------------------------------------------------------------
+    def _rescan_until(self, until: float) -> None:
+        """Rescan the table against the last view in steps of RESCAN_STEP addresses, until the rescan is
+        done or time.perf_counter() reaches `until` (one step at least)."""
+        core = self.core
+        while core.routes_pending:
+            core.continue_routes(RESCAN_STEP)
+            if time.perf_counter() >= until:
+                break
+
     @property
     def route_backlog(self) -> bool:
         """Changed addresses or queued control messages wait for a later pump (see `bulk_due_in`)."""
@@ -403,9 +415,10 @@ class RouterLinks:
             return                      # nothing changed: most pumps
         start = time.perf_counter()
         bulk_turn = self._bulk.due(start)
+        until = start + BULK_TURN
         ls = mesh.ls
         if mesh.backlog and bulk_turn:  # large control messages (MAUs), a turn of them
-            mesh.handle_backlog()
+            mesh.handle_backlog(BULK_TURN)
         if mesh.pending:                # act now (paths, address updates), not at the next timer tick
             mesh.tick()
         elif bulk_turn and ls.address_updates_pending:  # a large absolute MAU: the next part of its index
@@ -416,8 +429,8 @@ class RouterLinks:
             backlog = self._route_backlog   # only mobile addresses changed: O(changed), not a rescan
             backlog |= changed
             rescan = self.core.routes_pending
-            if rescan and bulk_turn:        # the rest of the last view's rescan, a batch per turn
-                self.core.continue_routes(RESCAN_BATCH)
+            if rescan and bulk_turn:        # the rest of the last view's rescan, a turn's worth
+                self._rescan_until(until)
             elif backlog and bulk_turn:
                 batch = [backlog.pop() for _ in range(min(ROUTE_BATCH, len(backlog)))]
                 self.core.update_remote_addresses(batch, ls.holders_of if edge is None else
@@ -436,9 +449,9 @@ class RouterLinks:
                 nodes[node] = (cost, out)
         if edge is not None:
             edge.add_nodes(nodes)
-            self.core.set_routes(nodes, edge.holders(ls), ls.radius, lambda: edge.valid_origins(ls),
-                                 RESCAN_BATCH)
+            self.core.set_routes(nodes, edge.holders(ls), ls.radius, lambda: edge.valid_origins(ls), 0)
         else:
-            self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins, RESCAN_BATCH)
+            self.core.set_routes(nodes, ls.known_addresses, ls.radius, lambda: ls.valid_origins, 0)
+        self._rescan_until(until)
         if self.core.routes_pending:
             self._bulk.turn_done(start, time.perf_counter())

@@ -254,6 +254,10 @@ class RouterCore(Settlement):
                 a.producers.remove(p)
             self._forget_if_unused(a)
 
+    def _produced_keys(self) -> list[str]:
+        """Keys of the addresses with local producers: O(producers), not a scan of the table."""
+        return list(dict.fromkeys(p.address.key for p in self.producers if p.address is not None))
+
     # ---- routing ------------------------------------------------------------------------------------------
     def route(self, p: Producer, a: Address | None, presettled: bool) -> Consumer | Routing:
         """Where a complete delivery from client producer `p` for `a` (None: no such address) goes: the

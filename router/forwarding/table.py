@@ -26,31 +26,36 @@ log = logging.getLogger(__name__)
 
 class RouteRescan:
     """The keys to look at again after a new view of the mesh, in order: `first`, then the addresses the
-    table `had`, then the keys of `holders` (a live mapping) it had not (listed when their turn comes)."""
+    table `had`, then the keys of `holders` (a live mapping) it had not (listed when their turn comes, and
+    sifted as they are taken: no step looks at more than its share of the table)."""
 
     def __init__(self, first: list[str], had: Mapping[str, object], holders: Mapping[str, Iterable[str]]
                  ) -> None:
         self.keys = first + list(had)
         self.at = 0
         self.had: Mapping[str, object] | None = had     # None: the holders' keys are listed
+        self.skip: Mapping[str, object] | None = None   # while the holders' keys are taken: those it had
         self.holders = holders
 
     @property
     def done(self) -> bool:
         return self.had is None and self.at >= len(self.keys)
 
-    def take(self, n: int) -> list[str]:
-        """The next `n` keys (fewer at the end)."""
+    def take(self, n: int) -> tuple[list[str], int]:
+        """The next keys among the next `n` listed (fewer at the end; some may be sifted out), and how many
+        were looked at (0 only when done)."""
         if self.at >= len(self.keys) and self.had is not None:
-            had, self.had = self.had, None
-            self.keys, self.at = [k for k in self.holders if k not in had], 0
+            self.skip, self.had = self.had, None
+            self.keys, self.at = list(self.holders), 0
         keys = self.keys[self.at:self.at + n]
         self.at += len(keys)
-        return keys
+        skip = self.skip
+        return (keys if skip is None else [k for k in keys if k not in skip]), len(keys)
 
     def rest(self) -> list[str]:
-        """The keys listed and not yet taken."""
-        return self.keys[self.at:]
+        """The keys listed and not yet taken (those the table had sifted out)."""
+        rest, skip = self.keys[self.at:], self.skip
+        return rest if skip is None else [k for k in rest if k not in skip]
 
 
 class AddressTable:
@@ -252,11 +257,16 @@ class AddressTable:
             a.remote = [RemoteDest(self.default_node, cost, out)]
             a.ready = True
         addresses = self.addresses
-        first = [k for k, a in addresses.items() if a.producers]
+        first = self._produced_keys()
         if self._rescan is not None:
             first += self._rescan.rest()   # an earlier view's rescan, not finished: before the others
         self._rescan = RouteRescan(first, addresses.copy(), holders)
         self.continue_routes(1 << 62 if batch is None else batch)
+
+    def _produced_keys(self) -> list[str]:
+        """Keys of the addresses with local producers (rescanned first). RouterCore, which keeps its
+        producers, lists them without a scan of the table (at 20,000 addresses the scan was ~1.5 ms)."""
+        return [k for k, a in self.addresses.items() if a.producers]
 
     @property
     def routes_pending(self) -> bool:
@@ -271,11 +281,9 @@ class AddressTable:
         holders = rescan.holders
         nodes = self.nodes
         addresses = self.addresses
-        while batch > 0:
-            keys = rescan.take(batch)
-            if not keys:
-                break
-            batch -= len(keys)
+        while batch > 0 and not rescan.done:
+            keys, looked_at = rescan.take(batch)
+            batch -= looked_at
             for key in keys:
                 where = holders.get(key)
                 reachable = [n for n in where if n in nodes] if where else []
