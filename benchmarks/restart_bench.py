@@ -16,6 +16,10 @@ flight to a receiver on A that holds them unsettled. Measured, from the kill:
 * the outcomes of the deliveries in flight (every one must come back RELEASED or MODIFIED);
 * the canaries' p50 / p99 / max from the kill until everything is back, plus one second.
 
+``--pin`` runs A and its clients' processes on the first CPU and everything else (B, C, D, the canaries,
+this script) on the others, as if A and its clients had a host of their own: on one machine of two cores
+the restarting node and ten redialing client processes otherwise take both cores from the other nodes.
+
     .venv/bin/python benchmarks/restart_bench.py
     .venv/bin/python benchmarks/restart_bench.py --clients 2000 --processes 4 --label small
 
@@ -58,8 +62,8 @@ HELD = "balanced/restart/held"
 TURNS = REPO / "benchmarks" / "harness" / "turns.py"
 
 
-def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int,
-                 turns_ms: float | None = None) -> tuple[dict[str, NodeRun], dict]:
+def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int, turns_ms: float | None = None,
+                 a_prefix: list[str] | None = None) -> tuple[dict[str, NodeRun], dict]:
     topo = yaml.safe_load(TOPOLOGY.read_text())
     names = list(topo["nodes"])
     edges = [(e["from"], e["to"], e["cost"]) for e in topo["edges"]]
@@ -84,6 +88,8 @@ def mesh_configs(run_dir: Path, backlog: int | None, max_connections: int,
         launcher = None
         if turns_ms is not None and n != "A":        # the survivors' loop callbacks, timed
             launcher = [sys.executable, str(TURNS), str(run_dir / f"{n}-turns.json"), str(turns_ms), "--"]
+        if n == "A" and a_prefix:
+            launcher = [*a_prefix, sys.executable, "-m", "router"]
         nodes[n] = NodeRun(n, cfg, run_dir, launcher)
     return nodes, client
 
@@ -132,7 +138,10 @@ def main() -> int:
     p.add_argument("--turns", type=float, metavar="MS",
                    help="time B's, C's and D's loop callbacks; report those of MS or more after the kill")
     p.add_argument("--profile", metavar="DIR", help="py-spy B, C and D for 4 s from the kill (raw stacks)")
+    p.add_argument("--pin", action="store_true",
+                   help="A and its clients on the first CPU, the rest on the others (see above)")
     args = p.parse_args()
+    a_prefix = pin_a_apart() if args.pin else None
     RESULTS.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {"args": vars(args), "load_before": os.getloadavg(),
                            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
@@ -140,7 +149,7 @@ def main() -> int:
     canaries: dict[str, CanaryProcess] = {}
     addresses = args.clients // args.processes * args.processes * args.links
     with tempfile.TemporaryDirectory(prefix="restart-bench-") as tmp:
-        nodes, client_port = mesh_configs(Path(tmp), args.backlog, 2 * args.clients, args.turns)
+        nodes, client_port = mesh_configs(Path(tmp), args.backlog, 2 * args.clients, args.turns, a_prefix)
         url = {n: f"amqp://127.0.0.1:{port}" for n, port in client_port.items()}
         try:
             for node in nodes.values():
@@ -150,7 +159,7 @@ def main() -> int:
             time.sleep(2.0)
             base = remote_count(nodes["C"]) or 0
             per = args.clients // args.processes
-            storms = [StormProcess(client_port["A"], per, args.links, name=f"r{i}")
+            storms = [StormProcess(client_port["A"], per, args.links, name=f"r{i}", prefix=a_prefix)
                       for i in range(args.processes)]
             t = time.monotonic()
             for s in storms:
@@ -229,7 +238,8 @@ def main() -> int:
     path.write_text(json.dumps(out, indent=2, default=str))
     r = out["restart"]
     print(f"{args.clients} clients x {args.links} links on A ({addresses} addresses), load "
-          f"{out['load_before'][0]:.1f} → {out['load_after'][0]:.1f}")
+          f"{out['load_before'][0]:.1f} → {out['load_after'][0]:.1f}"
+          + (f"; A and its clients on CPU {a_prefix[-1]}, the rest on the others" if a_prefix else ""))
     print("| measure | value | goal |\n|---|---|---|")
     print(f"| fresh: all clients up / C routes all | {out['fresh_all_up_s']:.2f} / "
           f"{out['fresh_routed_s']:.2f} s | |")
@@ -251,6 +261,16 @@ def main() -> int:
                           for s, w, c, name in rows[:4]) + " | |")
     print(f"\n(details: {path.relative_to(REPO)})")
     return 0
+
+
+def pin_a_apart() -> list[str]:
+    """Keep this process (and so B, C, D and the canaries it starts) off the first CPU; the command prefix
+    that runs A and its clients on it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("restart_bench: --pin needs two CPUs at least")
+    os.sched_setaffinity(0, cpus[1:])
+    return ["taskset", "-c", str(cpus[0])]
 
 
 def long_turns(run_dir: Path, start: float, end: float) -> dict[str, list]:

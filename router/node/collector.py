@@ -9,16 +9,17 @@ flight waits for them, on every node of the mesh.
 
 :class:`GcPacer` keeps full collections small and puts the large ones where they hurt least:
 
-* every tick (``TICK`` seconds) it collects and then *freezes* the objects that survived since the last
-  tick (``gc.collect()`` then ``gc.freeze()``), once there are ``MIN_SURVIVORS`` of them, so a collection
-  only ever examines what the last tick's worth of work allocated: a storm costs many collections of a few
-  milliseconds instead of a few of tens of milliseconds; CPython's own collections stay on and stay small
-  for the same reason (frozen objects are never examined);
+* every tick (``TICK`` seconds) it *freezes* the objects that survived since the last tick, once there are
+  ``MIN_SURVIVORS`` of them (``gc.collect(1)``, the young generations only, then ``gc.freeze()``): those
+  in the oldest generation already survived two young collections, so they are frozen without another
+  look (a full ``gc.collect()`` there examined a tick's worth of a storm's survivors, 3-11 ms per tick on
+  the survivors of a busy node's restart); CPython's own collections stay on and stay small for the same
+  reason (frozen objects are never examined);
 * objects freed by reference counting are freed whether frozen or not; only reference cycles that became
-  garbage after being frozen wait, so once the frozen set doubled since the last full collection, or a wave
-  of connections was freed, the pacer unfreezes everything and runs one full collection, at a *calm*
-  moment: when the node spent less than ``CALM_BUSY`` of the last ``CALM_WINDOW`` seconds, and of the last
-  tick, in its pump; failing that, after ``MAX_WAIT`` seconds anyway.
+  garbage in the oldest generation or after being frozen wait, so once the frozen set doubled since the
+  last full collection, or a wave of connections was freed, the pacer unfreezes everything and runs one
+  full collection, at a *calm* moment: when the node spent less than ``CALM_BUSY`` of the last
+  ``CALM_WINDOW`` seconds, and of the last tick, in its pump; failing that, after ``MAX_WAIT`` seconds.
 
 The node calls :meth:`tick` from a timer with its clock and the seconds it has spent working so far
 (the sum of its pump times, ``NodeServer.pump_latency.sum``); the pacer reads no clock itself.
@@ -103,7 +104,7 @@ class GcPacer:
 
     def _freeze(self) -> None:
         t0 = time.perf_counter()
-        gc.collect()
+        gc.collect(1)                       # the young ones; the oldest generation's are frozen as they are
         survivors = len(gc.get_objects(2))  # everything the collection left is in the oldest generation
         gc.freeze()
         self.frozen += survivors

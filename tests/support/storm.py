@@ -248,7 +248,8 @@ class StormProcess:
     """``python -m tests.support.storm`` in a child process; its round reports as they come."""
 
     def __init__(self, port: int, clients: int, links: int = 1, name: str = "storm", retry: float = 0.1,
-                 python: str = sys.executable, cwd: str | None = None) -> None:
+                 python: str = sys.executable, cwd: str | None = None,
+                 prefix: list[str] | None = None) -> None:
         from pathlib import Path
 
         cwd = cwd or str(Path(__file__).resolve().parents[2])
@@ -256,7 +257,8 @@ class StormProcess:
         import subprocess
 
         self.reports: queue.Queue = queue.Queue()
-        prefix = os.environ.get("STORM_PREFIX", "").split()        # e.g. "nice -n 10"
+        if prefix is None:                  # a command the client runs under, e.g. "nice -n 10"
+            prefix = os.environ.get("STORM_PREFIX", "").split()
         self.proc = subprocess.Popen(
             [*prefix, python, "-m", "tests.support.storm", "--port", str(port), "--clients", str(clients),
              "--links", str(links), "--name", name, "--retry", str(retry)],

@@ -94,3 +94,19 @@ def test_full_collections_are_spaced_and_counted_in_the_snapshot(pacer):
     # 5 of ~273,000 once) make the real count a little lower, never higher
     assert 0 <= snap["frozen"] - gc.get_freeze_count() <= 1000
     assert snap["longest_pause_ms"] >= 0
+
+
+def test_a_tick_freezes_the_oldest_generation_without_examining_it(pacer):
+    """The oldest generation's objects survived two young collections: a tick freezes them as they are (a
+    full collection there cost 3-11 ms per tick during a storm); cycles among them that are garbage wait
+    for the next full collection, and it frees them."""
+    garbage = [Node() for _ in range(2 * max(gc.get_freeze_count(), collector.MIN_SURVIVORS))]
+    probe = weakref.ref(garbage[0])
+    gc.collect()                                # now in the oldest generation
+    del garbage                                 # cycles: reference counting cannot free them
+    pacer.tick(0.1, 0.0)
+    assert probe() is not None                  # frozen, not examined
+    assert len(gc.get_objects(2)) < collector.MIN_SURVIVORS
+    assert pacer.full_due_since is not None     # the frozen set more than doubled: a full one is due
+    run(pacer, 0.1, 3.0, busy_share=0.0)        # calm: the full collection runs, and frees them
+    assert pacer.full_collections == 1 and probe() is None
