@@ -6,8 +6,9 @@ The mesh is topologies/four-node.yaml's on fixed free ports, default control-pla
 neighbour lost after 3 s), ``idle_timeout: 0`` (the raw clients send no heartbeats); A's client listener
 takes ``max_connections`` 20,000 (``--backlog`` to set its accept queue). ``--processes`` processes of
 tests.support.storm hold ``--clients`` clients on A with ``--links`` receivers each (unique addresses);
-when A dies they redial at once, then every 0.1 s (±50%). Canary RPC streams (B → D, D → C; each in its
-own process, ``--canary-rate`` calls/s) run throughout. A sender on B has ``--in-flight`` deliveries in
+when A dies they redial at once, then every 0.1 s (±50%; ``--client-backoff 2``: 0.1, 0.2, 0.4 ... s, as
+Proton's reconnect does). Canary RPC streams (B → D, D → C; each in its own process, ``--canary-rate``
+calls/s) run throughout. A sender on B has ``--in-flight`` deliveries in
 flight to a receiver on A that holds them unsettled. Measured, from the kill:
 
 * A's restart (its ``ready:`` line), every client up again, C (not on a canary's path) routing every
@@ -138,6 +139,8 @@ def main() -> int:
     p.add_argument("--turns", type=float, metavar="MS",
                    help="time B's, C's and D's loop callbacks; report those of MS or more after the kill")
     p.add_argument("--profile", metavar="DIR", help="py-spy B, C and D for 4 s from the kill (raw stacks)")
+    p.add_argument("--client-backoff", type=float, default=1.0, metavar="F",
+                   help="A's clients wait F times longer after each refused dial (Proton's own: 2)")
     p.add_argument("--pin", action="store_true",
                    help="A and its clients on the first CPU, the rest on the others (see above)")
     args = p.parse_args()
@@ -159,7 +162,8 @@ def main() -> int:
             time.sleep(2.0)
             base = remote_count(nodes["C"]) or 0
             per = args.clients // args.processes
-            storms = [StormProcess(client_port["A"], per, args.links, name=f"r{i}", prefix=a_prefix)
+            storms = [StormProcess(client_port["A"], per, args.links, name=f"r{i}", prefix=a_prefix,
+                                   backoff=args.client_backoff)
                       for i in range(args.processes)]
             t = time.monotonic()
             for s in storms:

@@ -224,8 +224,10 @@ class Connection:
     def flush(self) -> int:
         """Write what the transport has: FLUSHED, BLOCKED (socket full) or DONE (output closed)."""
         t, sock = self.pn_transport, self.sock
+        # pnbuffers.pending(t), inlined (every flush of every connection): a count that is a power of two
+        # under BUSY_BUFFER may be a full output buffer, which grow_output lets Proton double
         p = pn_transport_pending(t)
-        if 0 < p < BUSY_BUFFER and not p & (p - 1):    # maybe a full output buffer: let it grow
+        if 0 < p < BUSY_BUFFER and not p & (p - 1):
             p = grow_output(t, p)
         while p > 0:
             k = pn_transport_peek(t, _wbuf_c, min(p, IO_CHUNK))

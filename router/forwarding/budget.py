@@ -23,8 +23,8 @@ The rules, with ``limit`` the budget in bytes:
 * credit is sized in bytes too: a producer may hold at most its share of half the ``limit`` (divided by
   the number of producer links), in deliveries of its connection's mean size (the adapter's estimate,
   `size_of`; a frame, 16 KiB, while it is not known), and an eighth of that from half the ``limit`` on.
-  Credit already given cannot be taken
-  back, so this bounds what the producers can add before a hold takes effect: half the limit in all.
+  Credit already given cannot be taken back, so this bounds what the producers can add before a hold
+  takes effect: half the limit in all.
 
 Streamed messages count as they wait: a paused one's bytes are in its producer's session (incoming, up
 to the session's capacity) and its consumer's (outgoing); over the limit a stream pauses as soon as its

@@ -3,7 +3,8 @@
 Each client is a bare non-blocking socket that writes the protocol header, an Open, a Begin and
 ``links`` receiver ATTACHes at once (as a pipelining client does), and counts as *up* when the node's
 Open and every ATTACH came back. When its connection ends (the node was killed) it dials again at once,
-then every ``retry`` s (with jitter) while the port refuses. One process holds ``clients`` of them in one
+then every ``retry`` s (with jitter) while the port refuses (``backoff`` > 1: each wait that many times the
+last, up to 10 s, as Proton's own reconnect does with 2). One process holds ``clients`` of them in one
 ``selectors`` loop, so ten processes make 10,000 clients on two cores.
 
 Run as ``python -m tests.support.storm --port P --clients N [--links L] [--name X]``: it connects when a
@@ -73,6 +74,9 @@ def performatives(buf: bytearray) -> list[int]:
     return codes
 
 
+MAX_RETRY = 10.0            # seconds: the longest wait between two dials with a backoff
+
+
 @dataclass
 class Client:
     """One client's connection and what it has seen of the node in this round."""
@@ -97,9 +101,10 @@ class Storm:
     """``clients`` clients of ``links`` receivers each against 127.0.0.1:``port``, in one loop."""
 
     def __init__(self, port: int, clients: int, links: int = 1, name: str = "storm", retry: float = 0.1,
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", backoff: float = 1.0) -> None:
         self.addr = (host, port)
         self.retry = retry
+        self.backoff = backoff
         self.sel = selectors.DefaultSelector()
         self.clients = [Client(i, self._handshake(name, i, links), links) for i in range(clients)]
         self.waiting: list[tuple[float, Client]] = []    # (when to dial again, client)
@@ -136,7 +141,8 @@ class Storm:
     def _refused(self, c: Client) -> None:
         self._drop_socket(c)
         c.refused += 1
-        self.waiting.append((time.monotonic() + self.retry * (0.5 + random.random()), c))
+        wait = min(MAX_RETRY, self.retry * self.backoff ** (c.refused - 1))
+        self.waiting.append((time.monotonic() + wait * (0.5 + random.random()), c))
 
     def _drop_socket(self, c: Client) -> None:
         if c.sock is not None:
@@ -249,7 +255,7 @@ class StormProcess:
 
     def __init__(self, port: int, clients: int, links: int = 1, name: str = "storm", retry: float = 0.1,
                  python: str = sys.executable, cwd: str | None = None,
-                 prefix: list[str] | None = None) -> None:
+                 prefix: list[str] | None = None, backoff: float = 1.0) -> None:
         from pathlib import Path
 
         cwd = cwd or str(Path(__file__).resolve().parents[2])
@@ -261,7 +267,7 @@ class StormProcess:
             prefix = os.environ.get("STORM_PREFIX", "").split()
         self.proc = subprocess.Popen(
             [*prefix, python, "-m", "tests.support.storm", "--port", str(port), "--clients", str(clients),
-             "--links", str(links), "--name", name, "--retry", str(retry)],
+             "--links", str(links), "--name", name, "--retry", str(retry), "--backoff", str(backoff)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=cwd, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
         first = self.reports.get(timeout=60)
@@ -307,8 +313,9 @@ def main() -> int:
     p.add_argument("--links", type=int, default=1, help="receivers (unique addresses) per client")
     p.add_argument("--name", default=f"storm{os.getpid()}")
     p.add_argument("--retry", type=float, default=0.1, help="seconds between dials while refused")
+    p.add_argument("--backoff", type=float, default=1.0, help="each wait this many times the last (to 10 s)")
     args = p.parse_args()
-    storm = Storm(args.port, args.clients, args.links, args.name, args.retry)
+    storm = Storm(args.port, args.clients, args.links, args.name, args.retry, backoff=args.backoff)
 
     def stdin_watch() -> None:
         sys.stdin.readline()                 # "go"
