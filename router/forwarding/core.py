@@ -90,6 +90,7 @@ class RouterCore(Settlement):
                  rng: random.Random | None = None, backlog: Backlog | None = None,
                  backlog_limit: int = 32, policy: Policy | None = None) -> None:
         super().__init__(node_id, rules, CreditLedger(capacity), rng)
+        self.client_consumers: set[Consumer] = set()    # consumers of table addresses (not peers' links)
         self.ledger.producers = self.producers       # the memory budget shares credit among them
         self.capacity = capacity
         # backlog(consumer.handle) -> deliveries handed to that link but not yet on the wire; a consumer
@@ -146,6 +147,7 @@ class RouterCore(Settlement):
         a = self._address(source)
         c = Consumer(handle, conn, a, source)
         a.consumers.append(c)
+        self.client_consumers.add(c)
         key = a.key
         if key in self._watched:
             self._watch_changed.add(key)
@@ -215,6 +217,7 @@ class RouterCore(Settlement):
     def remove_consumer(self, c: Consumer) -> list[tuple[object, InFlight]]:
         """Forget a consumer; returns its in-flight entries `(out_dlv, entry)`."""
         c.alive = False
+        self.client_consumers.discard(c)
         a = c.address
         if c in a.consumers:
             a.consumers.remove(c)
@@ -568,18 +571,22 @@ class RouterCore(Settlement):
         def shown(links: list) -> int:
             return len(links) if hidden is None else sum(1 for x in links if not hidden(x))
 
-        addresses = remote = consumers = producers = 0
-        for a in self.addresses.values():
-            if not a.consumers and not a.producers:     # most of a large table: remote destinations only
-                addresses += 1
-                remote += bool(a.remote)
+        # O(local links), not a walk of the table (5-13 ms of a busy node's CPU at 20,000 addresses, at every
+        # SIGUSR1 or poll of the state line): most addresses have remote destinations only, counted as kept
+        table = self.addresses
+        addresses, remote = len(table), self.remote_count
+        consumers = producers = 0
+        local = {c.address for c in self.client_consumers}
+        local.update(p.address for p in self.producers if p.address is not None)
+        for a in local:
+            if table.get(a.key) is not a:
                 continue
             c, p = shown(a.consumers), shown(a.producers)
-            if c or p or a.remote or (not a.consumers and not a.producers):
-                addresses += 1
-                remote += bool(a.remote)
+            if c or p or a.remote:
                 consumers += c
                 producers += p
+            else:
+                addresses -= 1          # used by hidden links only
         return {
             "node": self.node_id,
             "addresses": addresses,

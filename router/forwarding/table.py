@@ -71,6 +71,7 @@ class AddressTable:
         self.addresses: dict[str, Address] = {}
         # ingress / egress / transit of addresses no longer in the table (node totals add them)
         self.retired = [0, 0, 0]
+        self.remote_count = 0           # addresses in the table with a remote destination (the state line's)
         # the mesh (set by `set_routes`): reachable node -> (path cost, next-hop data-out link), the
         # mesh radius (hop limit) and, for multicast, node -> origins whose tree passes through us
         self.nodes: dict[str, tuple[int, Consumer]] = {}
@@ -156,6 +157,7 @@ class AddressTable:
             if node is not None:
                 a.remote = self._node_route(node)
                 a.ready = bool(a.remote)
+                self.remote_count += bool(a.remote)
         return a
 
     def _scoped_node(self, key: str) -> str | None:
@@ -331,6 +333,8 @@ class AddressTable:
         remote.sort(key=lambda d: (d.cost, d.node))
         if a.key in self._watched and [d.node for d in remote] != [d.node for d in a.remote]:
             self._watch_changed.add(a.key)
+        if bool(remote) != bool(a.remote) and self.addresses.get(a.key) is a:
+            self.remote_count += 1 if remote else -1
         a.remote = remote
         by_link: dict[Consumer, set[str]] = {}
         for d in remote:

@@ -45,3 +45,40 @@ def test_counts_match_an_address_by_address_count_with_hidden_links():
     unhidden = core.snapshot()
     assert unhidden["addresses"] == len(core.addresses)
     assert {k: unhidden[k] for k in expected} == by_hand(core, lambda link: False)
+
+
+def test_counts_stay_right_as_views_change_and_links_come_and_go():
+    """The remote count is kept as destinations come and go (not counted by a walk of the table): after
+    every step of a random sequence it matches a count address by address."""
+    rng = random.Random(11)
+    core = RouterCore("A", AddressRules([], default="balanced"), 10, rng=random.Random(1))
+    outs = {n: core.add_router_consumer("out" + n, "conn" + n, n) for n in "BCD"}
+    holders = {f"r/{i}": tuple(rng.sample("BCD", rng.randint(1, 2))) for i in range(200)}
+    holders["_topo/0/B/svc"] = ("B",)           # node-scoped: routed to B itself
+    conn = SimpleNamespace(internal=False)
+    core.set_routes({n: (1, outs[n]) for n in "BCD"}, holders, 2, dict)
+    consumers = [core.add_consumer("scoped", conn, "_topo/0/C/x")]     # routed to C from the start
+    producers = []
+    for step in range(300):
+        roll = rng.random()
+        if roll < 0.15:
+            view = rng.sample("BCD", rng.randint(0, 3))
+            core.set_routes({n: (1, outs[n]) for n in view}, holders, 2, dict, batch=rng.choice([None, 7]))
+        elif roll < 0.3 and core.routes_pending:
+            core.continue_routes(rng.randint(1, 50))
+        elif roll < 0.4:
+            key = rng.choice(list(holders))
+            holders[key] = tuple(rng.sample("BCD", rng.randint(0, 2)))
+            core.update_remote_addresses([key], lambda k: holders[k])
+        elif roll < 0.6:
+            key = rng.choice([*holders, "l/1", "l/2", "_topo/0/C/x"])
+            consumers.append(core.add_consumer(f"c{step}", conn, key))
+        elif roll < 0.7 and consumers:
+            core.remove_consumer(consumers.pop(rng.randrange(len(consumers))))
+        elif roll < 0.85:
+            producers.append(core.add_producer(f"p{step}", conn, rng.choice([*holders, "l/3"])))
+        elif producers:
+            core.remove_producer(producers.pop(rng.randrange(len(producers))))
+        assert core.remote_count == sum(1 for a in core.addresses.values() if a.remote), step
+        expected = by_hand(core, lambda link: False)
+        assert {k: core.snapshot()[k] for k in expected} == expected, step
